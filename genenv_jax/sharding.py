@@ -1,0 +1,196 @@
+"""Device mesh, logical-axis rules, sharded initialisation and batch placement.
+
+Parameters and activations are annotated with logical axis names (see
+`models.decoder`); a rules table maps each logical name to mesh axes
+(`data`, `fsdp`, `tensor`) or to None (replicated). Jitted functions enter the
+mesh and the rules *inside* their trace with `in_mesh`, so constraints apply
+wherever the function is compiled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+Rules = Sequence[tuple[str, Any]]
+
+# Training layout: batch over data x fsdp, weights' embed dim over fsdp,
+# heads / MLP / vocab over tensor.
+DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
+    ("batch", ("data", "fsdp")),
+    ("embed", "fsdp"),
+    ("vocab", "tensor"),
+    ("mlp", "tensor"),
+    ("heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("head_dim", None),
+    ("length", None),
+    ("cache_length", None),
+    ("layers", None),
+    ("norm", None),
+)
+
+
+def make_mesh(mesh_shape: Mapping[str, int] | Sequence[int],
+              devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """Builds a (data, fsdp, tensor) mesh; one entry may be -1 (inferred).
+
+  Args:
+    mesh_shape: {"data": d, "fsdp": f, "tensor": t} or (d, f, t).
+    devices: defaults to all of `jax.devices()`.
+
+  Raises:
+    ValueError naming the mesh shape and device count when they do not fit.
+  """
+  devices = list(jax.devices() if devices is None else devices)
+  if isinstance(mesh_shape, Mapping):
+    unknown = set(mesh_shape) - set(MESH_AXES)
+    if unknown:
+      raise ValueError(f"mesh_shape has unknown axes {sorted(unknown)}; "
+                       f"expected {MESH_AXES}.")
+    dims = [int(mesh_shape.get(a, 1)) for a in MESH_AXES]
+  else:
+    dims = [int(d) for d in mesh_shape]
+    if len(dims) != len(MESH_AXES):
+      raise ValueError(f"mesh_shape {tuple(dims)} must have {len(MESH_AXES)} "
+                       f"entries {MESH_AXES}.")
+  n = len(devices)
+  if dims.count(-1) > 1:
+    raise ValueError(f"mesh_shape {dict(zip(MESH_AXES, dims))}: at most one "
+                     "axis may be -1.")
+  if any(d == 0 or d < -1 for d in dims):
+    raise ValueError(f"mesh_shape {dict(zip(MESH_AXES, dims))}: sizes must be "
+                     "positive or -1.")
+  known = math.prod(d for d in dims if d != -1)
+  if -1 in dims:
+    if n % known:
+      raise ValueError(
+          f"mesh_shape {dict(zip(MESH_AXES, dims))}: {n} devices are not "
+          f"divisible by the fixed axes' product {known}.")
+    dims[dims.index(-1)] = n // known
+  if math.prod(dims) != n:
+    raise ValueError(
+        f"mesh_shape {dict(zip(MESH_AXES, dims))} needs {math.prod(dims)} "
+        f"devices but {n} are available.")
+  return Mesh(np.asarray(devices).reshape(dims), MESH_AXES)
+
+
+def logical_to_spec(logical_axes: Sequence[str | None],
+                    rules: Rules) -> PartitionSpec:
+  """Maps a tuple of logical names to a PartitionSpec (unknown names replicate)."""
+  table = dict(rules)
+  return PartitionSpec(*(table.get(a) if a is not None else None
+                         for a in logical_axes))
+
+
+def _mesh_axis_size(mesh: Mesh, axes) -> int:
+  if axes is None:
+    return 1
+  if isinstance(axes, str):
+    axes = (axes,)
+  return math.prod(mesh.shape[a] for a in axes)
+
+
+def check_divisible(name: str, shape: Sequence[int], spec: PartitionSpec,
+                    mesh: Mesh) -> None:
+  """Raises ValueError naming `name` if a dim does not divide its mesh axes."""
+  for dim, (size, axes) in enumerate(zip(shape, tuple(spec))):
+    parts = _mesh_axis_size(mesh, axes)
+    if size % parts:
+      raise ValueError(
+          f"{name}: dimension {dim} of shape {tuple(shape)} has size {size}, "
+          f"not divisible by mesh axes {axes} of total size {parts} "
+          f"(mesh {dict(mesh.shape)}). Change the mesh or the sharding rules.")
+
+
+def _path_name(path) -> str:
+  return "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+
+
+def shardings_from_boxed(boxed_tree, mesh: Mesh, rules: Rules):
+  """NamedShardings for a tree of `nn.Partitioned` (or plain) leaves.
+
+  Every partitioned leaf is checked for divisibility; plain leaves replicate.
+  """
+  def one(path, leaf):
+    if isinstance(leaf, nn.Partitioned):
+      spec = logical_to_spec(leaf.names, rules)
+      check_divisible(_path_name(path), leaf.value.shape, spec, mesh)
+      return NamedSharding(mesh, spec)
+    return NamedSharding(mesh, PartitionSpec())
+  return jax.tree_util.tree_map_with_path(
+      one, boxed_tree, is_leaf=lambda x: isinstance(x, nn.Partitioned))
+
+
+@contextlib.contextmanager
+def mesh_rules(mesh: Mesh, rules: Rules):
+  """Context in which `nn.with_logical_constraint` applies `rules` on `mesh`."""
+  with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), \
+      nn.logical_axis_rules(tuple(rules)):
+    yield
+
+
+def in_mesh(mesh: Mesh, rules: Rules) -> Callable[[Callable], Callable]:
+  """Decorator: run the function (typically while being traced) in `mesh_rules`."""
+  def wrap(fn):
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+      with mesh_rules(mesh, rules):
+        return fn(*args, **kwargs)
+    return wrapped
+  return wrap
+
+
+def sharded_init(init_fn: Callable[..., Any], mesh: Mesh, rules: Rules,
+                 *args) -> tuple[Any, Any]:
+  """Initialises parameters directly in their sharded layout.
+
+  Args:
+    init_fn: returns a tree of boxed (`nn.Partitioned`) parameters from `args`.
+    mesh, rules: the layout.
+    *args: passed to `init_fn` (e.g. an rng key).
+
+  Returns:
+    (unboxed params placed per the rules, their NamedShardings).
+  """
+  boxed_shapes = jax.eval_shape(init_fn, *args)
+  shardings = nn.unbox(shardings_from_boxed(boxed_shapes, mesh, rules))
+  init = jax.jit(in_mesh(mesh, rules)(lambda *a: nn.unbox(init_fn(*a))),
+                 out_shardings=shardings)
+  return init(*args), shardings
+
+
+def batch_sharding(mesh: Mesh, rules: Rules, ndim: int,
+                   shape: Sequence[int] | None = None,
+                   name: str = "batch") -> NamedSharding:
+  """Sharding for an array whose leading axis is the batch (rest replicated)."""
+  spec = logical_to_spec(("batch",) + (None,) * (ndim - 1), rules)
+  if shape is not None:
+    check_divisible(name, shape, spec, mesh)
+  return NamedSharding(mesh, spec)
+
+
+def shard_batch(batch, mesh: Mesh, rules: Rules):
+  """Places every array of a batch pytree with its leading axis on `batch`.
+
+  Raises ValueError naming the leaf when the batch does not divide the mesh.
+  """
+  def place(path, x):
+    x = np.asarray(x) if not isinstance(x, jax.Array) else x
+    sharding = batch_sharding(mesh, rules, x.ndim, x.shape, _path_name(path)
+                              or "batch")
+    return jax.device_put(x, sharding)
+  return jax.tree_util.tree_map_with_path(place, batch)
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, PartitionSpec())

@@ -1,0 +1,159 @@
+"""Decoder configuration and presets for the Llama / Qwen2 family.
+
+A `ModelConfig` fully describes the architecture (shapes, RoPE, bias, tying) and
+how it is computed (dtypes, remat, layer scan). Presets give the real shapes of
+the checkpoints researchers use, plus tiny shapes that run on a CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeScaling:
+  """Llama-3 style RoPE frequency scaling ("rope_type": "llama3" in HF)."""
+
+  factor: float = 8.0
+  low_freq_factor: float = 1.0
+  high_freq_factor: float = 4.0
+  original_max_position_embeddings: int = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Architecture and numerics of one decoder.
+
+  Attributes:
+    vocab_size: number of token ids.
+    hidden_size: model width E.
+    intermediate_size: SwiGLU width F.
+    num_layers: number of transformer blocks L.
+    num_heads: query heads H.
+    num_kv_heads: key/value heads K (H % K == 0; K < H is grouped-query attention).
+    head_dim: per-head width D; defaults to hidden_size // num_heads.
+    rope_theta: RoPE base frequency.
+    rope_scaling: optional Llama-3 frequency scaling.
+    rms_norm_eps: RMSNorm epsilon.
+    qkv_bias: whether q/k/v projections have a bias (Qwen2: True).
+    tie_embeddings: output projection shares the input embedding matrix.
+    max_position_embeddings: longest sequence the model is meant for.
+    dtype: compute dtype ("float32", "bfloat16").
+    param_dtype: parameter (master weight) dtype.
+    remat_policy: one of REMAT_POLICIES, applied per block.
+    scan_layers: stack the blocks' parameters on a leading "layers" axis and
+      run them with `nn.scan` (one compiled block instead of L copies).
+  """
+
+  vocab_size: int
+  hidden_size: int
+  intermediate_size: int
+  num_layers: int
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int | None = None
+  rope_theta: float = 10000.0
+  rope_scaling: RopeScaling | None = None
+  rms_norm_eps: float = 1e-6
+  qkv_bias: bool = False
+  tie_embeddings: bool = False
+  max_position_embeddings: int = 2048
+  dtype: str = "float32"
+  param_dtype: str = "float32"
+  remat_policy: str = "none"
+  scan_layers: bool = False
+
+  def __post_init__(self):
+    if self.head_dim is None:
+      if self.hidden_size % self.num_heads:
+        raise ValueError(
+            f"ModelConfig: hidden_size={self.hidden_size} is not divisible by "
+            f"num_heads={self.num_heads}; set head_dim explicitly.")
+      object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(
+          f"ModelConfig: num_heads={self.num_heads} must be a multiple of "
+          f"num_kv_heads={self.num_kv_heads}.")
+    if self.remat_policy not in REMAT_POLICIES:
+      raise ValueError(
+          f"ModelConfig.remat_policy={self.remat_policy!r}; expected one of "
+          f"{REMAT_POLICIES}.")
+    if isinstance(self.rope_scaling, Mapping):
+      object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
+
+  def replace(self, **changes: Any) -> "ModelConfig":
+    return dataclasses.replace(self, **changes)
+
+  def num_params(self) -> int:
+    """Total parameter count (embeddings included once when tied)."""
+    e, f, h, k, d = (self.hidden_size, self.intermediate_size, self.num_heads,
+                     self.num_kv_heads, self.head_dim)
+    attn = e * h * d + 2 * e * k * d + h * d * e
+    if self.qkv_bias:
+      attn += h * d + 2 * k * d
+    block = attn + 3 * e * f + 2 * e
+    head = 0 if self.tie_embeddings else e * self.vocab_size
+    return self.vocab_size * e + self.num_layers * block + e + head
+
+  def num_matmul_params(self) -> int:
+    """Weights that take part in matmuls per token: blocks + output projection."""
+    e, f, h, k, d = (self.hidden_size, self.intermediate_size, self.num_heads,
+                     self.num_kv_heads, self.head_dim)
+    block = e * h * d + 2 * e * k * d + h * d * e + 3 * e * f
+    return self.num_layers * block + e * self.vocab_size
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # A few-hundred-thousand-parameter model for CPU tests and demos.
+    "tiny": ModelConfig(vocab_size=512, hidden_size=128, intermediate_size=512,
+                        num_layers=2, num_heads=4, num_kv_heads=2,
+                        rope_theta=10000.0, qkv_bias=True, tie_embeddings=True,
+                        max_position_embeddings=512),
+    # ~56M parameters (40M in matmuls): the benchmarks' "small" shape.
+    "small": ModelConfig(vocab_size=32000, hidden_size=512,
+                         intermediate_size=1408, num_layers=8, num_heads=8,
+                         num_kv_heads=4, rope_theta=10000.0, qkv_bias=True,
+                         tie_embeddings=True, max_position_embeddings=2048),
+    "qwen2.5-0.5b": ModelConfig(vocab_size=151936, hidden_size=896,
+                                intermediate_size=4864, num_layers=24,
+                                num_heads=14, num_kv_heads=2,
+                                rope_theta=1000000.0, rms_norm_eps=1e-6,
+                                qkv_bias=True, tie_embeddings=True,
+                                max_position_embeddings=32768),
+    "qwen2.5-1.5b": ModelConfig(vocab_size=151936, hidden_size=1536,
+                                intermediate_size=8960, num_layers=28,
+                                num_heads=12, num_kv_heads=2,
+                                rope_theta=1000000.0, rms_norm_eps=1e-6,
+                                qkv_bias=True, tie_embeddings=True,
+                                max_position_embeddings=32768),
+    "qwen2.5-7b": ModelConfig(vocab_size=152064, hidden_size=3584,
+                              intermediate_size=18944, num_layers=28,
+                              num_heads=28, num_kv_heads=4,
+                              rope_theta=1000000.0, rms_norm_eps=1e-6,
+                              qkv_bias=True, tie_embeddings=False,
+                              max_position_embeddings=32768),
+    "llama-3-8b": ModelConfig(vocab_size=128256, hidden_size=4096,
+                              intermediate_size=14336, num_layers=32,
+                              num_heads=32, num_kv_heads=8,
+                              rope_theta=500000.0, rms_norm_eps=1e-5,
+                              qkv_bias=False, tie_embeddings=False,
+                              max_position_embeddings=8192),
+    "llama-3.1-8b": ModelConfig(vocab_size=128256, hidden_size=4096,
+                                intermediate_size=14336, num_layers=32,
+                                num_heads=32, num_kv_heads=8,
+                                rope_theta=500000.0,
+                                rope_scaling=RopeScaling(),
+                                rms_norm_eps=1e-5, qkv_bias=False,
+                                tie_embeddings=False,
+                                max_position_embeddings=131072),
+}
+
+
+def get_preset(name: str, **overrides: Any) -> ModelConfig:
+  """Returns the preset `name` with `overrides` applied (e.g. dtype='bfloat16')."""
+  if name not in PRESETS:
+    raise KeyError(f"Unknown model preset {name!r}; known: {sorted(PRESETS)}.")
+  return PRESETS[name].replace(**overrides)

@@ -1,0 +1,322 @@
+"""The Flax decoder for the Llama / Qwen2 family, with an explicit KV cache.
+
+One module covers Llama 1/2/3 (incl. Llama-3 RoPE scaling) and Qwen2/2.5:
+RoPE, grouped-query attention, RMSNorm, SwiGLU, optional q/k/v bias, tied or
+untied embeddings. Every parameter and the main activations carry logical axis
+names (`embed`, `mlp`, `heads`, `kv_heads`, `head_dim`, `vocab`, `batch`,
+`length`, `layers`, `norm`), mapped to mesh axes by `genenv_jax.sharding`.
+
+Shapes: B batch, T new tokens, S key/value slots, E hidden, H query heads,
+K kv heads, D head dim, F MLP width, V vocab, L layers.
+
+The cache is a plain pytree passed in and out (no mutable collections), so the
+same `apply` serves training (no cache), prefill and single-token decode.
+Attention works in "slots": token i of a call sits in slot `cache_index + i`;
+it sees every slot s <= its own whose `kv_mask[b, s]` is true. Without a cache
+the slots are the call's own tokens (S = T, cache_index = 0).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from models.config import ModelConfig
+
+_NEG_INF = float(jnp.finfo(jnp.float32).min)
+
+
+class KVCache(NamedTuple):
+  """Per-layer keys and values: k, v: [L, B, S, K, D] (compute dtype)."""
+  k: jax.Array
+  v: jax.Array
+
+
+CACHE_AXES = ("layers", "batch", "cache_length", "kv_heads", "head_dim")
+
+
+def init_cache(config: ModelConfig, batch: int, length: int) -> KVCache:
+  """An all-zero cache with `length` slots for `batch` rows."""
+  shape = (config.num_layers, batch, length, config.num_kv_heads,
+           config.head_dim)
+  zeros = jnp.zeros(shape, jnp.dtype(config.dtype))
+  return KVCache(zeros, zeros)
+
+
+def rope_frequencies(config: ModelConfig) -> jax.Array:
+  """Inverse frequencies f32[D/2], with Llama-3 scaling when configured."""
+  d = config.head_dim
+  inv_freq = 1.0 / (config.rope_theta ** (jnp.arange(0, d, 2, jnp.float32) / d))
+  rs = config.rope_scaling
+  if rs is None:
+    return inv_freq
+  low_wavelen = rs.original_max_position_embeddings / rs.low_freq_factor
+  high_wavelen = rs.original_max_position_embeddings / rs.high_freq_factor
+  wavelen = 2 * math.pi / inv_freq
+  smooth = ((rs.original_max_position_embeddings / wavelen - rs.low_freq_factor)
+            / (rs.high_freq_factor - rs.low_freq_factor))
+  smoothed = (1 - smooth) * inv_freq / rs.factor + smooth * inv_freq
+  scaled = jnp.where(wavelen > low_wavelen, inv_freq / rs.factor, inv_freq)
+  is_medium = (wavelen <= low_wavelen) & (wavelen >= high_wavelen)
+  return jnp.where(is_medium, smoothed, scaled)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array,
+               inv_freq: jax.Array) -> jax.Array:
+  """Rotates x: [B, T, N, D] by positions int[B, T] (half-split convention)."""
+  angles = positions[:, :, None].astype(jnp.float32) * inv_freq  # [B, T, D/2]
+  cos = jnp.cos(angles)[:, :, None, :]
+  sin = jnp.sin(angles)[:, :, None, :]
+  x32 = x.astype(jnp.float32)
+  x1, x2 = jnp.split(x32, 2, axis=-1)
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x.dtype)
+
+
+def _param(module: nn.Module, name: str, init, shape, axes, config):
+  return module.param(name, nn.with_logical_partitioning(init, axes), shape,
+                      jnp.dtype(config.param_dtype))
+
+
+_KERNEL_INIT = nn.initializers.normal(stddev=0.02)
+
+
+class RMSNorm(nn.Module):
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    cfg = self.config
+    scale = _param(self, "scale", nn.initializers.ones, (x.shape[-1],),
+                   ("norm",), cfg)
+    x32 = x.astype(jnp.float32)
+    var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
+    normed = (x32 * jax.lax.rsqrt(var + cfg.rms_norm_eps)).astype(cfg.dtype)
+    return normed * scale.astype(cfg.dtype)
+
+
+class Projection(nn.Module):
+  """x[..., *in] @ kernel[*in, *out] (+ bias[*out]); kernel axes are logical."""
+  config: ModelConfig
+  in_shape: tuple[int, ...]
+  out_shape: tuple[int, ...]
+  kernel_axes: tuple[str, ...]
+  use_bias: bool = False
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    cfg = self.config
+    kernel = _param(self, "kernel", _KERNEL_INIT,
+                    self.in_shape + self.out_shape, self.kernel_axes, cfg)
+    n_in = len(self.in_shape)
+    contract = (tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in)))
+    y = jax.lax.dot_general(x.astype(cfg.dtype), kernel.astype(cfg.dtype),
+                            (contract, ((), ())))
+    if self.use_bias:
+      bias = _param(self, "bias", nn.initializers.zeros, self.out_shape,
+                    self.kernel_axes[n_in:], cfg)
+      y = y + bias.astype(cfg.dtype)
+    return y
+
+
+class Attention(nn.Module):
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x, positions, kv_mask, layer_cache, cache_index):
+    """x: [B, T, E]; positions: int[B, T]; kv_mask: bool[B, S];
+    layer_cache: (k, v) each [B, S, K, D] or None; cache_index: int scalar.
+    Returns ([B, T, E], updated layer cache or None)."""
+    cfg = self.config
+    e, h, k, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    q = Projection(cfg, (e,), (h, d), ("embed", "heads", "head_dim"),
+                   cfg.qkv_bias, name="q_proj")(x)
+    key = Projection(cfg, (e,), (k, d), ("embed", "kv_heads", "head_dim"),
+                     cfg.qkv_bias, name="k_proj")(x)
+    val = Projection(cfg, (e,), (k, d), ("embed", "kv_heads", "head_dim"),
+                     cfg.qkv_bias, name="v_proj")(x)
+    q = nn.with_logical_constraint(q, ("batch", "length", "heads", "head_dim"))
+    inv_freq = rope_frequencies(cfg)
+    q = apply_rope(q, positions, inv_freq)
+    key = apply_rope(key, positions, inv_freq)
+
+    if layer_cache is not None:
+      ck, cv = layer_cache
+      key = jax.lax.dynamic_update_slice_in_dim(ck, key.astype(ck.dtype),
+                                                cache_index, axis=1)
+      val = jax.lax.dynamic_update_slice_in_dim(cv, val.astype(cv.dtype),
+                                                cache_index, axis=1)
+      layer_cache = (key, val)
+    key = nn.with_logical_constraint(
+        key, ("batch", "cache_length", "kv_heads", "head_dim"))
+    val = nn.with_logical_constraint(
+        val, ("batch", "cache_length", "kv_heads", "head_dim"))
+
+    b, t = x.shape[:2]
+    s = key.shape[1]
+    q = q.reshape(b, t, k, h // k, d)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, key.astype(q.dtype),
+                        preferred_element_type=jnp.float32)
+    scores = scores / math.sqrt(d)
+    q_slot = cache_index + jnp.arange(t)
+    causal = jnp.arange(s)[None, :] <= q_slot[:, None]  # [T, S]
+    allowed = causal[None] & kv_mask[:, None, :]  # [B, T, S]
+    scores = jnp.where(allowed[:, None, None], scores, _NEG_INF)
+    probs = jax.nn.softmax(scores, axis=-1).astype(cfg.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, val.astype(cfg.dtype))
+    out = out.reshape(b, t, h, d)
+    out = nn.with_logical_constraint(out, ("batch", "length", "heads",
+                                           "head_dim"))
+    y = Projection(cfg, (h, d), (e,), ("heads", "head_dim", "embed"),
+                   name="o_proj")(out)
+    return y, layer_cache
+
+
+class MLP(nn.Module):
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.config
+    e, f = cfg.hidden_size, cfg.intermediate_size
+    gate = Projection(cfg, (e,), (f,), ("embed", "mlp"), name="gate_proj")(x)
+    up = Projection(cfg, (e,), (f,), ("embed", "mlp"), name="up_proj")(x)
+    hidden = nn.with_logical_constraint(nn.silu(gate) * up,
+                                        ("batch", "length", "mlp"))
+    return Projection(cfg, (f,), (e,), ("mlp", "embed"), name="down_proj")(
+        hidden)
+
+
+class Block(nn.Module):
+  """Pre-norm transformer block. Call signature fits `nn.scan`:
+  (x, layer_cache, positions, kv_mask, cache_index) -> (x, layer_cache)."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x, layer_cache, positions, kv_mask, cache_index):
+    cfg = self.config
+    attn_out, layer_cache = Attention(cfg, name="attn")(
+        RMSNorm(cfg, name="attn_norm")(x), positions, kv_mask, layer_cache,
+        cache_index)
+    x = x + attn_out
+    x = x + MLP(cfg, name="mlp")(RMSNorm(cfg, name="mlp_norm")(x))
+    x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+    return x, layer_cache
+
+
+_REMAT_POLICIES = {
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch":
+        jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+}
+
+
+def _block_class(config: ModelConfig):
+  if config.remat_policy == "none":
+    return Block
+  return nn.remat(Block, policy=_REMAT_POLICIES[config.remat_policy],
+                  prevent_cse=not config.scan_layers)
+
+
+class Decoder(nn.Module):
+  """Token ids -> logits, optionally reading and writing a KV cache."""
+  config: ModelConfig
+
+  def setup(self):
+    cfg = self.config
+    self.embed = nn.Embed(
+        cfg.vocab_size, cfg.hidden_size,
+        embedding_init=nn.with_logical_partitioning(_KERNEL_INIT,
+                                                    ("vocab", "embed")),
+        dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype))
+    block = _block_class(cfg)
+    if cfg.scan_layers:
+      self.layers = nn.scan(
+          block, variable_axes={"params": 0}, split_rngs={"params": True},
+          in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast),
+          length=cfg.num_layers,
+          metadata_params={nn.PARTITION_NAME: "layers"})(cfg)
+    else:
+      self.layers = [block(cfg, name=f"layers_{i}")
+                     for i in range(cfg.num_layers)]
+    self.final_norm = RMSNorm(cfg)
+    if not cfg.tie_embeddings:
+      self.lm_head = Projection(cfg, (cfg.hidden_size,), (cfg.vocab_size,),
+                                ("embed", "vocab"))
+
+  def __call__(self, tokens, positions, kv_mask, cache=None, cache_index=0,
+               return_hidden=False):
+    """Runs the decoder.
+
+    Args:
+      tokens: int32[B, T].
+      positions: int32[B, T] RoPE positions (count of real tokens before).
+      kv_mask: bool[B, S]: which key slots hold real tokens (S = T without a
+        cache, the cache length with one).
+      cache: KVCache with k, v: [L, B, S, K, D], or None.
+      cache_index: int32 scalar, the slot of tokens[:, 0].
+      return_hidden: return final-norm hidden states [B, T, E] instead of
+        logits (for chunked log-prob computation via `logits`).
+
+    Returns:
+      (logits f32[B, T, V] or hidden [B, T, E], updated cache or None).
+    """
+    x = self.embed(tokens)
+    x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+    if self.config.scan_layers:
+      x, cache = self.layers(x, cache, positions, kv_mask, cache_index)
+      cache = None if cache is None else KVCache(*cache)
+    else:
+      new_k, new_v = [], []
+      for i, layer in enumerate(self.layers):
+        layer_cache = None if cache is None else (cache.k[i], cache.v[i])
+        x, layer_cache = layer(x, layer_cache, positions, kv_mask, cache_index)
+        if cache is not None:
+          new_k.append(layer_cache[0])
+          new_v.append(layer_cache[1])
+      if cache is not None:
+        cache = KVCache(jnp.stack(new_k), jnp.stack(new_v))
+    x = self.final_norm(x)
+    if return_hidden:
+      return x, cache
+    return self.logits(x), cache
+
+  def logits(self, hidden: jax.Array) -> jax.Array:
+    """Output projection: hidden [..., E] -> f32 logits [..., V]."""
+    if self.config.tie_embeddings:
+      logits = self.embed.attend(hidden.astype(self.config.dtype))
+    else:
+      logits = self.lm_head(hidden)
+    logits = logits.astype(jnp.float32)
+    return nn.with_logical_constraint(logits, ("batch", "length", "vocab"))
+
+
+def positions_from_mask(mask: jax.Array) -> jax.Array:
+  """RoPE positions int32[B, T] for a (left-)padded mask bool[B, T]."""
+  return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def init_boxed(config: ModelConfig, rng: jax.Array):
+  """Random parameters as a tree of `nn.Partitioned` leaves (logical axes kept).
+
+  Pass to `genenv_jax.sharding.sharded_init` to create them sharded."""
+  return Decoder(config).init(rng, jnp.zeros((1, 1), jnp.int32),
+                              jnp.zeros((1, 1), jnp.int32),
+                              jnp.ones((1, 1), bool))["params"]
+
+
+def init_params(config: ModelConfig, rng: jax.Array):
+  """Unsharded random parameters (logical metadata stripped)."""
+  return nn.unbox(jax.jit(init_boxed, static_argnums=0)(config, rng))
+
+
+def forward(config: ModelConfig, params, tokens, mask):
+  """Full forward over tokens int32[B, T] with mask bool[B, T] -> f32[B, T, V]."""
+  logits, _ = Decoder(config).apply({"params": params}, tokens,
+                                    positions_from_mask(mask), mask)
+  return logits
