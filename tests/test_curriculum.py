@@ -1,0 +1,142 @@
+"""Curriculum signals against hand-counted examples."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from genenv_jax import curriculum
+
+# Four tasks, four attempts each; task 2 is invalid.
+REWARDS = jnp.array([[1.0, 0.0, 1.0, 1.0],   # 3 / 4
+                     [0.0, 0.0, 0.0, 0.0],   # 0 / 4
+                     [1.0, 1.0, 1.0, 1.0],   # invalid
+                     [1.0, 1.0, 0.0, 0.0]])  # 2 / 4
+VALID = jnp.array([True, True, False, True])
+
+
+def test_success_rate_per_task_zeroes_invalid_tasks():
+  p_hat = curriculum.success_rate(REWARDS, VALID)
+  np.testing.assert_allclose(p_hat, [0.75, 0.0, 0.0, 0.5])
+
+
+def test_success_rate_threshold_counts_partial_rewards():
+  rewards = jnp.array([[0.9, 0.5, 1.0, 0.79]])
+  p_hat = curriculum.success_rate(rewards, jnp.array([True]), threshold=0.8)
+  np.testing.assert_allclose(p_hat, [0.5])
+
+
+def test_success_rate_pools_valid_tasks_of_each_seed():
+  # Seed 0: tasks 0 and 2 (invalid) -> 3 / 4. Seed 1: tasks 1 and 3 -> 2 / 8.
+  # Seed 2 has no task.
+  group_ids = jnp.array([0, 1, 0, 1], jnp.int32)
+  pooled = jax.jit(curriculum.success_rate, static_argnums=(3,))(
+      REWARDS, VALID, group_ids, 3)
+  np.testing.assert_allclose(pooled, [0.75, 0.25, 0.0, 0.25])
+
+
+def test_success_rate_rejects_bad_shapes():
+  with pytest.raises(ValueError, match="valid"):
+    curriculum.success_rate(REWARDS, VALID[:3])
+  with pytest.raises(ValueError, match="num_groups"):
+    curriculum.success_rate(REWARDS, VALID, jnp.zeros(4, jnp.int32))
+
+
+def test_alpha_reward_values():
+  p_hat = jnp.array([0.5, 0.25, 0.0, 0.4, 1.0])
+  reward = curriculum.alpha_reward(p_hat, alpha=0.5, beta=20.0)
+  expected = [1.0, math.exp(-1.25), math.exp(-5.0), math.exp(-0.2),
+              math.exp(-5.0)]
+  np.testing.assert_allclose(reward, expected, rtol=1e-6)
+
+
+def test_uncertainty_and_learnability_rewards():
+  p_hat = jnp.array([0.0, 0.25, 0.5, 0.75, 1.0])
+  np.testing.assert_allclose(curriculum.uncertainty_reward(p_hat),
+                             [0.0, 0.5, 1.0, 0.5, 0.0])
+  np.testing.assert_allclose(curriculum.learnability_reward(p_hat),
+                             [0.0, 0.75, 0.5, 0.25, 0.0])
+
+
+def test_curriculum_reward_dispatch_and_unknown_name():
+  cfg = curriculum.default_config()
+  p_hat = jnp.array([0.0, 0.25, 0.75])
+  for name, expected in (("alpha", [math.exp(-5.0), math.exp(-1.25),
+                                    math.exp(-1.25)]),
+                         ("uncertainty", [0.0, 0.5, 0.5]),
+                         ("learnability", [0.0, 0.75, 0.25])):
+    cfg.reward = name
+    np.testing.assert_allclose(curriculum.curriculum_reward(p_hat, cfg),
+                               expected, rtol=1e-6)
+  cfg.reward = "novelty"
+  with pytest.raises(ValueError, match=r"config\.curriculum\.reward.*alpha"):
+    curriculum.curriculum_reward(p_hat, cfg)
+
+
+def test_in_band_includes_edges_and_excludes_invalid():
+  p_hat = jnp.array([0.39, 0.4, 0.5, 0.6, 0.61, 0.6])
+  valid = jnp.array([True, True, True, True, True, False])
+  keep = curriculum.in_band(p_hat, valid, alpha=0.5, band=0.1)
+  np.testing.assert_array_equal(keep, [False, True, True, True, False, False])
+
+
+def test_rwr_weights_are_softmax_over_kept():
+  reward = jnp.array([1.0, 0.5, 0.2, 0.9])
+  keep = jnp.array([True, True, False, True])
+  weights = curriculum.rwr_weights(reward, keep, temperature=2.0)
+  total = math.exp(2.0) + math.exp(1.0) + math.exp(1.8)
+  np.testing.assert_allclose(
+      weights, [math.exp(2.0) / total, math.exp(1.0) / total, 0.0,
+                math.exp(1.8) / total], rtol=1e-6)
+
+
+def test_rwr_weights_nothing_kept_and_large_temperature():
+  weights = curriculum.rwr_weights(jnp.array([1.0, 0.5]),
+                                   jnp.array([False, False]), 1.0)
+  np.testing.assert_array_equal(weights, [0.0, 0.0])
+  # exp(200) overflows float32; the weights must not.
+  weights = curriculum.rwr_weights(jnp.array([1.0, 0.9375]),
+                                   jnp.array([True, True]), 200.0)
+  small = math.exp(-12.5)
+  np.testing.assert_allclose(weights, [1 / (1 + small), small / (1 + small)],
+                             rtol=1e-6)
+
+
+def test_default_config_holds_paper_values():
+  cfg = curriculum.default_config()
+  assert (cfg.alpha, cfg.band, cfg.rwr_temperature, cfg.reward) == (
+      0.5, 0.1, 1.0, "alpha")
+  # The band edge must get a visibly lower reward than α itself.
+  edge = curriculum.alpha_reward(jnp.array(0.6), cfg.alpha, cfg.beta)
+  assert float(edge) < 0.9
+
+
+def test_compute_per_task():
+  cfg = curriculum.default_config()
+  out = jax.jit(lambda r, v: curriculum.compute(r, v, cfg))(REWARDS, VALID)
+  np.testing.assert_allclose(out.p_hat, [0.75, 0.0, 0.0, 0.5])
+  np.testing.assert_allclose(
+      out.reward, [math.exp(-20 * 0.0625), math.exp(-5.0), 0.0, 1.0],
+      rtol=1e-6)
+  np.testing.assert_array_equal(out.keep, [False, False, False, True])
+  np.testing.assert_allclose(out.weights, [0.0, 0.0, 0.0, 1.0])
+
+
+def test_compute_per_seed():
+  cfg = curriculum.default_config()
+  cfg.per_seed = True
+  cfg.band = 0.25
+  group_ids = jnp.array([0, 1, 0, 1], jnp.int32)
+  out = curriculum.compute(REWARDS, VALID, cfg, group_ids, 2)
+  np.testing.assert_allclose(out.p_hat, [0.75, 0.25, 0.0, 0.25])
+  r = math.exp(-1.25)
+  np.testing.assert_allclose(out.reward, [r, r, 0.0, r], rtol=1e-6)
+  np.testing.assert_array_equal(out.keep, [True, True, False, True])
+  np.testing.assert_allclose(out.weights, [1 / 3, 1 / 3, 0.0, 1 / 3],
+                             rtol=1e-6)
+  with pytest.raises(ValueError, match="per_seed"):
+    curriculum.compute(REWARDS, VALID, cfg)
