@@ -1,0 +1,139 @@
+"""The task-domain interface: what a task looks like, how to read one, how to score an answer.
+
+A domain fixes one token format shared by the simulator's outputs, the seed rows and the
+task pool: a *written-task row* `int32[..., task_len]`, the task's tokens, its EOS, then
+pad. Inside the co-evolution step a domain
+
+1. turns seed rows into simulator prompts (`env_prompt`),
+2. reads what the simulator wrote (`parse`): the agent's prompt, the reference answer,
+   whether the task is well formed, and its difficulty,
+3. scores the agent's responses against the references (`verify`).
+
+Everything used inside the step is pure JAX with fixed shapes, so it compiles once and
+never crashes or produces NaN on malformed generations: those are flagged invalid.
+`decode` and `encode_tasks` are host-side helpers (numpy / Python) for data and logs.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+
+class ParsedTasks(NamedTuple):
+  """What `TaskDomain.parse` reads from M simulator generations.
+
+  Attributes:
+    prompt: int32[M, P] the agent's prompt, left-padded with `pad_id`.
+    prompt_mask: bool[M, P] true on prompt tokens, false on left padding.
+    reference: int32[M, R] the reference answer tokens including their EOS, pad after.
+    reference_mask: bool[M, R] true on reference tokens (EOS included).
+    valid: bool[M] whether the generation is a well-formed task.
+    difficulty: int32[M] in 1..max_difficulty for valid tasks, 0 for invalid ones.
+    task: int32[M, task_len] the canonical written-task row (pad after its EOS), all
+      pad for invalid tasks; this is what goes into the task pool.
+  """
+
+  prompt: jax.Array
+  prompt_mask: jax.Array
+  reference: jax.Array
+  reference_mask: jax.Array
+  valid: jax.Array
+  difficulty: jax.Array
+  task: jax.Array
+
+
+class TaskDomain(abc.ABC):
+  """A task format with its parser and verifier.
+
+  Attributes (ints, fixed per domain instance):
+    vocab_size: number of token ids the domain uses; ids at or above it are never valid.
+    pad_id, bos_id, eos_id: special token ids.
+    task_len: width of a written-task row, its EOS included; the simulator's
+      max_new_tokens.
+    env_prompt_len: width of the simulator's prompts.
+    agent_prompt_len: P, width of the agent's prompts.
+    answer_len: R, width of references and the agent's max_new_tokens.
+    max_difficulty: largest difficulty level a valid task can have.
+  """
+
+  vocab_size: int
+  pad_id: int
+  bos_id: int
+  eos_id: int
+  task_len: int
+  env_prompt_len: int
+  agent_prompt_len: int
+  answer_len: int
+  max_difficulty: int
+
+  @classmethod
+  @abc.abstractmethod
+  def from_config(cls, config: Any) -> TaskDomain:
+    """Builds the domain from its config section (`config.task`)."""
+
+  @abc.abstractmethod
+  def env_prompt(self, seed_tasks: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Simulator prompts asking for a new task in the style of each seed.
+
+    Args:
+      seed_tasks: int32[M, task_len] written-task rows.
+
+    Returns:
+      (tokens int32[M, env_prompt_len], mask bool[M, env_prompt_len]), left-padded.
+    """
+
+  @abc.abstractmethod
+  def parse(self, env_tokens: jax.Array, env_mask: jax.Array) -> ParsedTasks:
+    """Reads the simulator's generations.
+
+    Args:
+      env_tokens: int32[M, task_len] sampled tokens.
+      env_mask: bool[M, task_len] true on tokens the simulator actually wrote (up to
+        and including its EOS); a generation whose EOS is not inside the mask was
+        truncated and is invalid.
+
+    Returns:
+      ParsedTasks for the M generations; invalid rows have difficulty 0, an all-pad
+      `task` row and a reference that no response matches.
+    """
+
+  @abc.abstractmethod
+  def verify(
+      self,
+      response: jax.Array,
+      response_mask: jax.Array,
+      reference: jax.Array,
+      reference_mask: jax.Array,
+  ) -> jax.Array:
+    """Scores the agent's responses (the response tokens only, never the prompt).
+
+    Args:
+      response: int32[M, R] sampled answer tokens.
+      response_mask: bool[M, R] true on tokens the agent wrote.
+      reference: int32[M, R] reference answers from `parse`.
+      reference_mask: bool[M, R].
+
+    Returns:
+      float32[M] reward in [0, 1] per attempt.
+    """
+
+  def agent_target(self, parsed: ParsedTasks) -> tuple[jax.Array, jax.Array]:
+    """The answer the agent is trained to write in a supervised warm start.
+
+    Returns:
+      (tokens int32[M, R], mask bool[M, R]); the reference itself unless a domain
+      overrides this (for example to add a worked solution before the answer).
+    """
+    return parsed.reference, parsed.reference_mask
+
+  @abc.abstractmethod
+  def decode(self, tokens: np.ndarray | jax.Array) -> list[str]:
+    """Host-side, human-readable rendering of token rows `int[N, T]` (or one row `int[T]`)."""
+
+  @abc.abstractmethod
+  def encode_tasks(self, *args: Any, **kwargs: Any) -> np.ndarray:
+    """Host-side construction of written-task rows `int32[N, task_len]` from structured data."""
