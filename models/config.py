@@ -67,12 +67,20 @@ class ModelConfig:
   scan_layers: bool = False
 
   def __post_init__(self):
+    for field in ("vocab_size", "hidden_size", "intermediate_size",
+                  "num_layers", "num_heads", "num_kv_heads"):
+      if getattr(self, field) <= 0:
+        raise ValueError(f"ModelConfig.{field}={getattr(self, field)} must be "
+                         "positive.")
     if self.head_dim is None:
       if self.hidden_size % self.num_heads:
         raise ValueError(
             f"ModelConfig: hidden_size={self.hidden_size} is not divisible by "
             f"num_heads={self.num_heads}; set head_dim explicitly.")
       object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+    if self.head_dim <= 0 or self.head_dim % 2:
+      raise ValueError(f"ModelConfig.head_dim={self.head_dim} must be positive "
+                       "and even (RoPE rotates pairs of dimensions).")
     if self.num_heads % self.num_kv_heads:
       raise ValueError(
           f"ModelConfig: num_heads={self.num_heads} must be a multiple of "
@@ -107,12 +115,17 @@ class ModelConfig:
 
 
 PRESETS: dict[str, ModelConfig] = {
+    # The CPU demo's players (the vocabulary is set by the task domain).
+    "demo": ModelConfig(vocab_size=16, hidden_size=128, intermediate_size=384,
+                        num_layers=3, num_heads=4, num_kv_heads=2,
+                        rope_theta=10000.0, qkv_bias=True, tie_embeddings=True,
+                        max_position_embeddings=64),
     # A few-hundred-thousand-parameter model for CPU tests and demos.
     "tiny": ModelConfig(vocab_size=512, hidden_size=128, intermediate_size=512,
                         num_layers=2, num_heads=4, num_kv_heads=2,
                         rope_theta=10000.0, qkv_bias=True, tie_embeddings=True,
                         max_position_embeddings=512),
-    # ~56M parameters (40M in matmuls): the benchmarks' "small" shape.
+    # ~40M parameters (16M tied embedding): the benchmarks' "small" shape.
     "small": ModelConfig(vocab_size=32000, hidden_size=512,
                          intermediate_size=1408, num_layers=8, num_heads=8,
                          num_kv_heads=4, rope_theta=10000.0, qkv_bias=True,

@@ -235,6 +235,7 @@ def load_split(name_or_config: str | Any, split: str, data_dir: str) -> dict[str
   import tensorflow_datasets as tfds
 
   builder = make_builder(name_or_config, data_dir)
+  tfds.disable_progress_bar()
   builder.download_and_prepare()
   if split not in builder.info.splits:
     raise ValueError(f"split {split!r} not in {builder.name}: {sorted(builder.info.splits)}")

@@ -1,0 +1,332 @@
+"""One co-evolution step as a single pure function, compiled once with jax.jit.
+
+    seeds ~ D_train ─► simulator writes m tasks per seed ─► domain.parse
+      ─► agent attempts each task G times ─► domain.verify (reward per attempt)
+      ─► curriculum: p̂, R_env = exp(-β(p̂-α)²), band filter, RWR weights
+      ─► agent: GRPO (+KL to its reference) │ simulator: RWR or PG
+         (+KL to the initial simulator, KL cap per update) or frozen
+      ─► valid tasks → D_train; kept generations → D_env; scalar metrics
+
+Shapes: S seeds, m variations per seed, M = S·m generated tasks, Q replayed
+pool tasks, T = M + Q agent tasks, G attempts per task, N = T·G attempts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from genenv_jax import curriculum
+from genenv_jax import losses
+from genenv_jax import policy
+from genenv_jax import pool as pool_lib
+from genenv_jax import sharding
+from genenv_jax.sampling import SamplingConfig, sample
+from genenv_jax.tasks.base import ParsedTasks, TaskDomain
+from models.config import ModelConfig
+
+ENV_UPDATES = ("rwr", "pg", "none")
+
+
+@flax.struct.dataclass
+class PlayerState:
+  """params and opt_state are trained; ref_params stay fixed (the agent's GRPO
+  reference; the simulator's initial model for its KL penalty)."""
+  params: Any
+  opt_state: Any
+  ref_params: Any
+
+
+@flax.struct.dataclass
+class CoevolveState:
+  agent: PlayerState
+  env: PlayerState
+  pool: pool_lib.TaskPool
+  env_pool: pool_lib.GenerationPool
+  rng: jax.Array
+  step: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Players:
+  """What is static about the two players: architectures and optimisers."""
+  agent_model: ModelConfig
+  env_model: ModelConfig
+  agent_opt: optax.GradientTransformation
+  env_opt: optax.GradientTransformation
+
+
+class _AgentBatch(NamedTuple):
+  prompt: jax.Array       # int32[N, P]
+  prompt_mask: jax.Array  # bool[N, P]
+  response: jax.Array     # int32[N, R]
+  mask: jax.Array         # bool[N, R]
+  old_logp: jax.Array     # f32[N, R]
+  ref_logp: jax.Array     # f32[N, R]
+  advantages: jax.Array   # f32[N]
+
+
+def _concat_parsed(a: ParsedTasks, b: ParsedTasks) -> ParsedTasks:
+  return jax.tree.map(lambda x, y: jnp.concatenate([x, y], axis=0), a, b)
+
+
+def _masked_mean(x, mask):
+  mask = mask.astype(jnp.float32)
+  return jnp.sum(x * mask) / jnp.maximum(mask.sum(), 1.0)
+
+
+def _agent_update(config, players: Players, agent: PlayerState,
+                  batch: _AgentBatch, rng):
+  """GRPO epochs x minibatches over one batch of attempts."""
+  cc = config.coevolve
+  n = batch.response.shape[0]
+  num_mb = cc.agent_minibatches
+  if n % num_mb:
+    raise ValueError(f"config.coevolve.agent_minibatches={num_mb} must divide "
+                     f"the {n} agent attempts per step.")
+  temperature = cc.agent_temperature
+
+  def loss_fn(params, mb: _AgentBatch):
+    scores = policy.response_logprobs(players.agent_model, params, mb.prompt,
+                                      mb.prompt_mask, mb.response, mb.mask,
+                                      temperature)
+    entropy = scores.entropy if config.grpo.entropy_coef else None
+    return losses.grpo_loss(scores.logp, mb.old_logp, mb.ref_logp, mb.mask,
+                            mb.advantages, config.grpo, entropy)
+
+  def one_epoch(carry, epoch_rng):
+    params, opt_state = carry
+    perm = jax.random.permutation(epoch_rng, n).reshape(num_mb, n // num_mb)
+
+    def one_minibatch(carry, idx):
+      params, opt_state = carry
+      mb = jax.tree.map(lambda x: x[idx], batch)
+      (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+          params, mb)
+      updates, opt_state = players.agent_opt.update(grads, opt_state, params)
+      params = optax.apply_updates(params, updates)
+      metrics = dict(metrics, loss=loss, grad_norm=optax.global_norm(grads))
+      return (params, opt_state), metrics
+
+    return jax.lax.scan(one_minibatch, (params, opt_state), perm)
+
+  (params, opt_state), metrics = jax.lax.scan(
+      one_epoch, (agent.params, agent.opt_state),
+      jax.random.split(rng, cc.agent_epochs))
+  metrics = jax.tree.map(jnp.mean, metrics)
+  return agent.replace(params=params, opt_state=opt_state), metrics
+
+
+def _env_update(config, players: Players, env: PlayerState, prompt,
+                prompt_mask, task, task_mask, old_logp, ref_logp, valid,
+                reward, weights, num_seeds, variations):
+  """One simulator update on its generations.
+
+  RWR: weighted max-likelihood of kept generations + KL to the initial
+  simulator; PG: GRPO over each seed's variations with R_env as reward. Either
+  way the update is scaled back so its KL (pre- vs post-update policy, on these
+  generations) stays within config.env_update.kl_cap. Batches with nothing to
+  learn from (no kept generation for RWR) leave the simulator unchanged.
+  """
+  eu = config.env_update
+  temperature = config.coevolve.env_temperature
+
+  def scores(params):
+    return policy.response_logprobs(players.env_model, params, prompt,
+                                    prompt_mask, task, task_mask, temperature)
+
+  if eu.method == "rwr":
+    def loss_fn(params):
+      return losses.rwr_loss(scores(params).logp, ref_logp, task_mask,
+                             weights, eu.kl_coef, eu.kl_estimator)
+    learn = jnp.any(weights > 0)
+  else:  # "pg"
+    pg_cfg = ml_collections.ConfigDict(config.grpo.to_dict())
+    pg_cfg.kl_coef, pg_cfg.kl_estimator = eu.kl_coef, eu.kl_estimator
+
+    def loss_fn(params):
+      return losses.env_pg_loss(scores(params).logp, old_logp, ref_logp,
+                                task_mask, reward, num_seeds, variations,
+                                pg_cfg, valid)
+    learn = jnp.any(valid)
+
+  (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+      env.params)
+  updates, opt_state = players.env_opt.update(grads, env.opt_state,
+                                              env.params)
+  candidate = optax.apply_updates(env.params, updates)
+  step_mask = task_mask & valid[:, None]
+  step_kl = _masked_mean(
+      losses.kl_estimate(old_logp, scores(candidate).logp, "k3"), step_mask)
+  scale = losses.kl_cap_scale(step_kl, eu.kl_cap)
+  params = losses.scale_update(env.params, candidate, scale)
+  params = jax.tree.map(lambda new, old: jnp.where(learn, new, old), params,
+                        env.params)
+  opt_state = jax.tree.map(lambda new, old: jnp.where(learn, new, old),
+                           opt_state, env.opt_state)
+  metrics = dict(metrics, loss=loss, update_kl=step_kl * scale**2,
+                 kl_scale=scale, updated=learn.astype(jnp.float32))
+  return env.replace(params=params, opt_state=opt_state), metrics
+
+
+def make_step(config, domain: TaskDomain, players: Players
+              ) -> Callable[[CoevolveState], tuple[CoevolveState, dict]]:
+  """Builds the pure co-evolution step `state -> (state, metrics)`.
+
+  `config` is the run's ConfigDict (fields coevolve, curriculum, grpo,
+  env_update, pool); all of it is static.
+  """
+  cc = config.coevolve
+  if config.env_update.method not in ENV_UPDATES:
+    raise ValueError(f"config.env_update.method={config.env_update.method!r};"
+                     f" expected one of {ENV_UPDATES}.")
+  num_seeds, variations, attempts = cc.num_seeds, cc.variations, cc.attempts
+  num_replay = config.pool.replay_tasks
+  env_sampling = SamplingConfig(
+      max_new_tokens=domain.task_len, temperature=cc.env_temperature,
+      eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
+  agent_sampling = SamplingConfig(
+      max_new_tokens=domain.answer_len, temperature=cc.agent_temperature,
+      eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
+
+  def step(state: CoevolveState) -> tuple[CoevolveState, dict]:
+    keys = jax.random.split(jax.random.fold_in(state.rng, state.step), 6)
+    seed_key, env_key, replay_key, agent_key, update_key, _ = keys
+
+    # 1. The simulator writes `variations` tasks per seed task.
+    seeds, _ = pool_lib.sample_tasks(state.pool, seed_key, num_seeds)
+    env_prompt, env_prompt_mask = domain.env_prompt(seeds)
+    env_out = sample(players.env_model, state.env.params, env_prompt,
+                     env_prompt_mask, env_key, env_sampling, variations)
+    # 2. Parse what it wrote.
+    fresh = domain.parse(env_out.tokens, env_out.mask)
+    num_fresh = fresh.valid.shape[0]
+
+    # 3. The agent attempts fresh tasks and tasks replayed from D_train.
+    if num_replay:
+      replay_rows, _ = pool_lib.sample_tasks(state.pool, replay_key,
+                                             num_replay)
+      replay = domain.parse(replay_rows, replay_rows != domain.pad_id)
+      tasks = _concat_parsed(fresh, replay)
+    else:
+      tasks = fresh
+    agent_out = sample(players.agent_model, state.agent.params, tasks.prompt,
+                       tasks.prompt_mask, agent_key, agent_sampling, attempts)
+
+    # 4. Verify the responses (only the responses) against the references.
+    repeat = lambda x: jnp.repeat(x, attempts, axis=0)
+    rewards = domain.verify(agent_out.tokens, agent_out.mask,
+                            repeat(tasks.reference),
+                            repeat(tasks.reference_mask))
+    rewards = rewards.reshape(-1, attempts)  # [T, G]
+
+    # 5. Curriculum signals on the fresh tasks.
+    cur = curriculum.compute(rewards[:num_fresh], fresh.valid,
+                             config.curriculum,
+                             jnp.arange(num_fresh) // variations, num_seeds)
+
+    # 6. Agent: GRPO on every valid task's attempts.
+    attempt_valid = repeat(tasks.valid)
+    advantages = losses.group_advantages(
+        rewards.reshape(-1), attempts, config.grpo.normalize_std,
+        valid=tasks.valid)
+    response_mask = agent_out.mask & attempt_valid[:, None]
+    prompt, prompt_mask = repeat(tasks.prompt), repeat(tasks.prompt_mask)
+    agent_scores = lambda p: jax.lax.stop_gradient(policy.response_logprobs(
+        players.agent_model, p, prompt, prompt_mask, agent_out.tokens,
+        response_mask, cc.agent_temperature).logp)
+    batch = _AgentBatch(prompt, prompt_mask, agent_out.tokens, response_mask,
+                        agent_scores(state.agent.params),
+                        agent_scores(state.agent.ref_params), advantages)
+    agent, agent_metrics = _agent_update(config, players, state.agent, batch,
+                                         update_key)
+
+    # 7. Simulator update, from its own and its initial model's log-probs.
+    gen_prompt = jnp.repeat(env_prompt, variations, axis=0)
+    gen_prompt_mask = jnp.repeat(env_prompt_mask, variations, axis=0)
+    env_scores = lambda p: jax.lax.stop_gradient(policy.response_logprobs(
+        players.env_model, p, gen_prompt, gen_prompt_mask, env_out.tokens,
+        env_out.mask, cc.env_temperature).logp)
+    env_old_logp = env_scores(state.env.params)
+    env_ref_logp = env_scores(state.env.ref_params)
+    env_kl = _masked_mean(
+        losses.kl_estimate(env_old_logp, env_ref_logp, "k3"),
+        env_out.mask & fresh.valid[:, None])
+    if config.env_update.method == "none":
+      env, env_metrics = state.env, {}
+    else:
+      env, env_metrics = _env_update(
+          config, players, state.env, gen_prompt, gen_prompt_mask,
+          env_out.tokens, env_out.mask, env_old_logp, env_ref_logp,
+          fresh.valid, cur.reward, cur.weights, num_seeds, variations)
+
+    # 8. Pools and metrics.
+    new_pool = pool_lib.add_tasks(state.pool, fresh.task, fresh.difficulty,
+                                  fresh.valid)
+    new_env_pool = pool_lib.add_generations(
+        state.env_pool, gen_prompt, gen_prompt_mask, env_out.tokens,
+        env_out.mask, cur.reward, cur.keep)
+
+    valid_f = fresh.valid.astype(jnp.float32)
+    num_valid = valid_f.sum()
+    metrics = {
+        "env/success_rate": _masked_mean(cur.p_hat, fresh.valid),
+        "env/in_band_frac": cur.keep.sum() / jnp.maximum(num_valid, 1.0),
+        "env/valid_frac": num_valid / num_fresh,
+        "env/invalid_count": num_fresh - num_valid,
+        "env/difficulty_mean": _masked_mean(fresh.difficulty, fresh.valid),
+        "env/reward_mean": _masked_mean(cur.reward, fresh.valid),
+        "env/kl": env_kl,
+        "agent/reward_mean": _masked_mean(rewards.reshape(-1), attempt_valid),
+        "agent/fresh_reward_mean": _masked_mean(
+            rewards[:num_fresh].reshape(-1), repeat(fresh.valid)),
+        "agent/kl": agent_metrics["kl"],
+        "agent/loss": agent_metrics["loss"],
+        "agent/clip_frac": agent_metrics["clip_frac"],
+        "agent/grad_norm": agent_metrics["grad_norm"],
+        "agent/response_len": _masked_mean(agent_out.lengths, attempt_valid),
+        "pool/size": state.pool.size,
+        "pool/env_size": state.env_pool.size,
+    }
+    for level in range(1, domain.max_difficulty + 1):
+      metrics[f"env/difficulty_frac_d{level}"] = _masked_mean(
+          fresh.difficulty == level, fresh.valid)
+    for name, value in env_metrics.items():
+      metrics[f"env_update/{name}"] = value
+    metrics = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), metrics)
+
+    new_state = CoevolveState(agent=agent, env=env, pool=new_pool,
+                              env_pool=new_env_pool, rng=state.rng,
+                              step=state.step + 1)
+    return new_state, metrics
+
+  return step
+
+
+class CompiledStep(NamedTuple):
+  fn: Callable[[CoevolveState], tuple[CoevolveState, dict]]
+  trace_count: Callable[[], int]
+
+
+def jit_step(step: Callable, state_shardings, mesh, rules) -> CompiledStep:
+  """jax.jit with state in/out shardings, the state donated, metrics replicated.
+
+  trace_count() tells how often the step has been traced (= compiled).
+  """
+  traces = [0]
+
+  def traced(state):
+    traces[0] += 1
+    return step(state)
+
+  fn = jax.jit(sharding.in_mesh(mesh, rules)(traced),
+               in_shardings=(state_shardings,),
+               out_shardings=(state_shardings, sharding.replicated(mesh)),
+               donate_argnums=0)
+  return CompiledStep(fn, lambda: traces[0])

@@ -1,0 +1,155 @@
+"""Fixed-capacity device pools: the agent's task pool D_train and the env pool D_env.
+
+Both are ring buffers of fixed shape with a write cursor, so the jitted step
+reads and writes them without recompiling. D_train keeps its base data (the
+seed dataset) in a protected prefix and cycles generated tasks through the
+rest; D_env keeps the simulator's kept generations with their curriculum reward.
+"""
+
+from __future__ import annotations
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def _ring_write(buffers, rows, keep, cursor, size, start: int, capacity: int):
+  """Writes the rows with keep=True into `buffers` at the cursor.
+
+  Args:
+    buffers: pytree of arrays [C, ...]; rows: matching pytree [M, ...].
+    keep: bool[M]. cursor, size: int32 scalars. start: first writable row.
+    capacity: C.
+
+  Returns:
+    (buffers, cursor, size, number written).
+  """
+  m = keep.shape[0]
+  order = jnp.argsort(~keep, stable=True)  # kept rows first, in order
+  num = jnp.minimum(keep.sum(), capacity - start).astype(jnp.int32)
+  ring = capacity - start
+  slots = start + (cursor - start + jnp.arange(m)) % ring
+  write = jnp.arange(m) < num
+  # Rows beyond `num` are sent out of bounds and dropped.
+  slots = jnp.where(write, slots, capacity)
+
+  def put(buf, new):
+    return buf.at[slots].set(new[order], mode="drop")
+
+  buffers = jax.tree.map(put, buffers, rows)
+  cursor = start + (cursor - start + num) % ring
+  size = jnp.minimum(size + num, capacity)
+  return buffers, cursor.astype(jnp.int32), size.astype(jnp.int32), num
+
+
+def _uniform_rows(rng, size, n):
+  """n row indices drawn uniformly (with replacement) from [0, size)."""
+  return jax.random.randint(rng, (n,), 0, jnp.maximum(size, 1))
+
+
+@flax.struct.dataclass
+class TaskPool:
+  """D_train. tasks: int32[C, L] written-task rows; difficulty: int32[C].
+
+  Rows [0, base_size) hold the base data and are never overwritten; generated
+  tasks cycle through [base_size, C). size counts filled rows.
+  """
+  tasks: jax.Array
+  difficulty: jax.Array
+  cursor: jax.Array
+  size: jax.Array
+  total_added: jax.Array
+  base_size: int = flax.struct.field(pytree_node=False)
+
+  @property
+  def capacity(self) -> int:
+    return self.tasks.shape[0]
+
+
+def create_task_pool(base_tasks: np.ndarray, base_difficulty: np.ndarray,
+                     capacity: int) -> TaskPool:
+  """A pool holding `base_tasks` int32[Nb, L] with room for capacity - Nb more."""
+  nb, width = base_tasks.shape
+  if capacity <= nb:
+    raise ValueError(
+        f"config.pool.capacity={capacity} must exceed the base data's "
+        f"{nb} rows so generated tasks have room.")
+  tasks = np.zeros((capacity, width), np.int32)
+  tasks[:nb] = base_tasks
+  difficulty = np.zeros((capacity,), np.int32)
+  difficulty[:nb] = base_difficulty
+  return TaskPool(tasks=jnp.asarray(tasks), difficulty=jnp.asarray(difficulty),
+                  cursor=jnp.int32(nb), size=jnp.int32(nb),
+                  total_added=jnp.int32(0), base_size=nb)
+
+
+def add_tasks(pool: TaskPool, tasks: jax.Array, difficulty: jax.Array,
+              keep: jax.Array) -> TaskPool:
+  """Appends the rows of tasks int32[M, L] where keep bool[M]."""
+  (new_tasks, new_diff), cursor, size, num = _ring_write(
+      (pool.tasks, pool.difficulty), (tasks, difficulty), keep, pool.cursor,
+      pool.size, pool.base_size, pool.capacity)
+  return pool.replace(tasks=new_tasks, difficulty=new_diff, cursor=cursor,
+                      size=size, total_added=pool.total_added + num)
+
+
+def sample_tasks(pool: TaskPool, rng: jax.Array, n: int):
+  """n tasks drawn uniformly from the filled rows: (int32[n, L], int32[n])."""
+  idx = _uniform_rows(rng, pool.size, n)
+  return pool.tasks[idx], pool.difficulty[idx]
+
+
+@flax.struct.dataclass
+class GenerationPool:
+  """D_env: the simulator's kept generations (context -> written task).
+
+  prompt: int32[C, Pe] with prompt_mask; task: int32[C, L] with task_mask;
+  reward: f32[C], the curriculum reward the generation earned.
+  """
+  prompt: jax.Array
+  prompt_mask: jax.Array
+  task: jax.Array
+  task_mask: jax.Array
+  reward: jax.Array
+  cursor: jax.Array
+  size: jax.Array
+
+  @property
+  def capacity(self) -> int:
+    return self.task.shape[0]
+
+
+def create_generation_pool(capacity: int, prompt_len: int,
+                           task_len: int) -> GenerationPool:
+  return GenerationPool(
+      prompt=jnp.zeros((capacity, prompt_len), jnp.int32),
+      prompt_mask=jnp.zeros((capacity, prompt_len), bool),
+      task=jnp.zeros((capacity, task_len), jnp.int32),
+      task_mask=jnp.zeros((capacity, task_len), bool),
+      reward=jnp.zeros((capacity,), jnp.float32),
+      cursor=jnp.int32(0), size=jnp.int32(0))
+
+
+def add_generations(pool: GenerationPool, prompt, prompt_mask, task, task_mask,
+                    reward, keep) -> GenerationPool:
+  """Appends the generations (rows of [M, ...] arrays) where keep bool[M]."""
+  rows = (prompt, prompt_mask, task, task_mask, reward)
+  buffers = (pool.prompt, pool.prompt_mask, pool.task, pool.task_mask,
+             pool.reward)
+  buffers, cursor, size, _ = _ring_write(buffers, rows, keep, pool.cursor,
+                                         pool.size, 0, pool.capacity)
+  return pool.replace(prompt=buffers[0], prompt_mask=buffers[1],
+                      task=buffers[2], task_mask=buffers[3], reward=buffers[4],
+                      cursor=cursor, size=size)
+
+
+def sample_generations(pool: GenerationPool, rng: jax.Array, n: int):
+  """n stored generations drawn uniformly, and bool[n]: whether any exist.
+
+  Returns (prompt, prompt_mask, task, task_mask, reward, present).
+  """
+  idx = _uniform_rows(rng, pool.size, n)
+  present = jnp.broadcast_to(pool.size > 0, (n,))
+  return (pool.prompt[idx], pool.prompt_mask[idx], pool.task[idx],
+          pool.task_mask[idx], pool.reward[idx], present)

@@ -1,0 +1,192 @@
+"""The driver: warm-start, co-evolution, evaluation, checkpoints and the report.
+
+`train_and_evaluate(config, workdir)` runs a whole job. Re-running it on a
+workdir that holds a checkpoint resumes from the latest one: everything the
+step needs (both players, optimiser states, references, pools, rng, step) is
+in the checkpoint, and metrics.jsonl is cut back to the restored step.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+
+from absl import logging
+from clu import metric_writers
+from clu import periodic_actions
+import jax
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+
+from genenv_jax import coevolve
+from genenv_jax import pool as pool_lib
+from genenv_jax import sharding
+from genenv_jax.tasks import get_domain
+from models import decoder
+from models.config import get_preset
+from train import datasets
+from train import heldout
+from train import metrics_log
+from train import run_report
+from train import warmstart
+
+
+def _optimizer(player_cfg) -> optax.GradientTransformation:
+  return optax.chain(
+      optax.clip_by_global_norm(player_cfg.grad_clip),
+      optax.adamw(player_cfg.learning_rate, b1=player_cfg.b1,
+                  b2=player_cfg.b2, weight_decay=player_cfg.weight_decay))
+
+
+def build_players(config, domain) -> coevolve.Players:
+  """Model configs (vocabulary from the domain) and optimisers of both players."""
+  def model(player_cfg):
+    overrides = dict(player_cfg.model_overrides)
+    overrides.setdefault("vocab_size", domain.vocab_size)
+    return get_preset(player_cfg.model, **overrides)
+  return coevolve.Players(agent_model=model(config.agent),
+                          env_model=model(config.env),
+                          agent_opt=_optimizer(config.agent),
+                          env_opt=_optimizer(config.env))
+
+
+def _init_params(model_config, key, mesh, rules):
+  params, _ = sharding.sharded_init(
+      functools.partial(decoder.init_boxed, model_config), mesh, rules, key)
+  return params
+
+
+def create_state(config, domain, players, agent_params, env_params,
+                 base_rows, base_difficulty, mesh):
+  """Assembles a CoevolveState, placed on the mesh. Returns (state, shardings).
+
+  The current parameters also become the references: the agent's GRPO
+  reference and the simulator's initial model.
+  """
+  copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)
+  state = coevolve.CoevolveState(
+      agent=coevolve.PlayerState(
+          params=agent_params,
+          opt_state=jax.jit(players.agent_opt.init)(agent_params),
+          ref_params=copy(agent_params)),
+      env=coevolve.PlayerState(
+          params=env_params,
+          opt_state=jax.jit(players.env_opt.init)(env_params),
+          ref_params=copy(env_params)),
+      pool=pool_lib.create_task_pool(base_rows, base_difficulty,
+                                     config.pool.capacity),
+      env_pool=pool_lib.create_generation_pool(
+          config.pool.env_capacity, domain.env_prompt_len, domain.task_len),
+      rng=jax.random.PRNGKey(config.seed + 3),
+      step=np.int32(0))
+  replicated = sharding.replicated(mesh)
+
+  def placement(x):
+    s = getattr(x, "sharding", None)
+    return s if isinstance(s, jax.sharding.NamedSharding) else replicated
+
+  shardings = jax.tree.map(placement, state)
+  return jax.device_put(state, shardings), shardings
+
+
+def _checkpoint_manager(workdir, config):
+  return ocp.CheckpointManager(
+      os.path.join(os.path.abspath(workdir), "checkpoints"),
+      options=ocp.CheckpointManagerOptions(
+          max_to_keep=config.max_checkpoints, create=True))
+
+
+def train_and_evaluate(config, workdir: str) -> dict:
+  """Runs (or resumes) a whole job in workdir. Returns the run summary."""
+  os.makedirs(workdir, exist_ok=True)
+  start_time = time.time()
+  rules = sharding.DEFAULT_RULES
+  mesh = sharding.make_mesh(dict(config.mesh))
+  domain = get_domain(config.task)
+  players = build_players(config, domain)
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    f.write(config.to_json_best_effort(indent=2))
+
+  data_dir = config.data.tfds_dir or os.path.join(workdir, "tfds")
+  builder_config = datasets.builder_config_from(config)
+  train = datasets.load_split(builder_config, "train", data_dir)
+  test = datasets.load_split(builder_config, "test", data_dir)
+  base = np.random.default_rng(config.data.seed).permutation(
+      len(train["task"]))[:config.pool.num_base]
+
+  jsonl = metrics_log.JsonlWriter(workdir)
+  writer = metric_writers.MultiWriter([
+      metric_writers.create_default_writer(
+          workdir, just_logging=jax.process_index() > 0), jsonl])
+  evaluate = heldout.HeldoutEval(domain, players.agent_model, test["task"],
+                                 test["difficulty"], mesh, rules)
+  ckpt = _checkpoint_manager(workdir, config)
+
+  agent_key, env_key = jax.random.split(jax.random.PRNGKey(config.seed))
+  agent_params = _init_params(players.agent_model, agent_key, mesh, rules)
+  env_params = _init_params(players.env_model, env_key, mesh, rules)
+  latest = ckpt.latest_step()
+  if latest is None:
+    logging.info("Stage 1: warm-starting both players.")
+    agent_params, env_params, ws_metrics = warmstart.warmstart(
+        config, domain, players.agent_model, players.env_model, agent_params,
+        env_params, train["task"], train["difficulty"], mesh, rules)
+  state, shardings = create_state(config, domain, players, agent_params,
+                                  env_params, train["task"][base],
+                                  train["difficulty"][base], mesh)
+  if latest is None:
+    writer.write_scalars(0, dict(ws_metrics, **evaluate(state.agent.params)))
+    ckpt.save(0, args=ocp.args.StandardSave(state))
+    ckpt.wait_until_finished()
+  else:
+    logging.info("Resuming from checkpoint at step %d.", latest)
+    target = jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+        state, shardings)
+    state = ckpt.restore(latest, args=ocp.args.StandardRestore(target))
+    jsonl.truncate_after(latest)
+
+  step_fn = coevolve.jit_step(coevolve.make_step(config, domain, players),
+                              shardings, mesh, rules)
+  num_steps = config.coevolve.num_steps
+  first = int(jax.device_get(state.step))
+  report_progress = periodic_actions.ReportProgress(
+      num_train_steps=num_steps, writer=writer, every_steps=config.log_every)
+  hooks = [report_progress]
+  if config.profile_first_step and jax.process_index() == 0:
+    hooks.append(periodic_actions.Profile(
+        num_profile_steps=3, logdir=workdir,
+        first_profile=config.profile_first_step, every_secs=None))
+  logging.info("Stage 2: co-evolution, steps %d..%d.", first + 1, num_steps)
+  for step in range(first + 1, num_steps + 1):
+    with jax.profiler.StepTraceAnnotation("coevolve", step_num=step):
+      tick = time.perf_counter()
+      state, metrics = step_fn.fn(state)
+      if step % config.log_every == 0 or step == num_steps:
+        metrics = jax.device_get(metrics)
+        metrics["perf/step_time_s"] = time.perf_counter() - tick
+        metrics["perf/compiles"] = step_fn.trace_count()
+        writer.write_scalars(step, metrics)
+        print(f"step {step}/{num_steps}  success {metrics['env/success_rate']:.2f}"
+              f"  difficulty {metrics['env/difficulty_mean']:.2f}"
+              f"  valid {metrics['env/valid_frac']:.2f}"
+              f"  agent reward {metrics['agent/reward_mean']:.2f}", flush=True)
+    for hook in hooks:
+      hook(step)
+    if step % config.eval.every_steps == 0 or step == num_steps:
+      eval_metrics = evaluate(state.agent.params)
+      writer.write_scalars(step, eval_metrics)
+      print(f"step {step}: held-out accuracy {eval_metrics['eval/accuracy']:.3f}"
+            , flush=True)
+    if step % config.checkpoint_every == 0 or step == num_steps:
+      ckpt.save(step, args=ocp.args.StandardSave(state))
+  ckpt.wait_until_finished()
+  writer.flush()
+  summary = run_report.write_report(workdir, config)
+  summary["wall_time_s_this_process"] = time.time() - start_time
+  with open(os.path.join(workdir, "report", "summary.json"), "w") as f:
+    json.dump(summary, f, indent=2)
+  return summary

@@ -1,0 +1,167 @@
+"""A run's report: PNG plots of the co-evolution dynamics and summary.json.
+
+Reads only workdir/metrics.jsonl, so it can be regenerated at any time:
+  python -m train.run_report --workdir=runs/default
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import numpy as np
+
+from train import metrics_log
+
+
+def _series(records, name):
+  """(steps, values) of one metric, in step order, last record per step wins."""
+  points = {}
+  for r in records:
+    if r.get(name) is not None:
+      points[r["step"]] = r[name]
+  steps = sorted(points)
+  return np.asarray(steps), np.asarray([points[s] for s in steps], float)
+
+
+def _eval_levels(records):
+  names = {k for r in records for k in r if re.fullmatch(r"eval/accuracy_d\d+", k)}
+  return sorted(names, key=lambda n: int(n.rsplit("d", 1)[1]))
+
+
+def summarize(records, alpha: float, band: float) -> dict:
+  """Figures the acceptance criteria read, computed from metrics records."""
+  steps, success = _series(records, "env/success_rate")
+  summary = {"alpha": alpha, "band": band}
+  if len(steps):
+    half = steps > steps.max() / 2
+    in_band = np.abs(success - alpha) <= band + 1e-6
+    summary.update({
+        "num_logged_steps": int(len(steps)),
+        "last_step": int(steps.max()),
+        "success_rate_first": float(success[0]),
+        "success_rate_second_half_mean": float(success[half].mean()),
+        "success_rate_last": float(success[-1]),
+        "second_half_in_band_frac": float(in_band[half].mean()),
+    })
+    _, difficulty = _series(records, "env/difficulty_mean")
+    summary["difficulty_first"] = float(difficulty[0])
+    summary["difficulty_last"] = float(difficulty[-1])
+    quarter = max(len(difficulty) // 4, 1)
+    summary["difficulty_first_quarter_mean"] = float(difficulty[:quarter].mean())
+    summary["difficulty_last_quarter_mean"] = float(difficulty[-quarter:].mean())
+    _, compiles = _series(records, "perf/compiles")
+    summary["compiles"] = int(compiles.max()) if len(compiles) else None
+    _, step_time = _series(records, "perf/step_time_s")
+    summary["step_time_s_median"] = (float(np.median(step_time))
+                                     if len(step_time) else None)
+  for name in ["eval/accuracy"] + _eval_levels(records):
+    s, v = _series(records, name)
+    if len(s):
+      summary[f"{name}_start"] = float(v[0])
+      summary[f"{name}_end"] = float(v[-1])
+  return summary
+
+
+def plot(records, out_dir: str, alpha: float, band: float) -> list[str]:
+  """Writes the dynamics plots as PNGs into out_dir; returns their paths."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  paths = []
+
+  def save(fig, name):
+    path = os.path.join(out_dir, name)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    paths.append(path)
+
+  fig, ax = plt.subplots(figsize=(7, 4))
+  ax.axhspan(alpha - band, alpha + band, color="tab:green", alpha=0.15,
+             label=f"α band [{alpha - band:.2f}, {alpha + band:.2f}]")
+  ax.axhline(alpha, color="tab:green", lw=1)
+  for name, label in (("env/success_rate", "success rate on generated tasks"),
+                      ("env/in_band_frac", "fraction of tasks in band"),
+                      ("env/valid_frac", "valid fraction")):
+    s, v = _series(records, name)
+    ax.plot(s, v, label=label)
+  ax.set_xlabel("co-evolution step")
+  ax.set_ylim(-0.02, 1.02)
+  ax.legend(loc="best", fontsize=8)
+  ax.set_title("Simulator: success rate of the agent on what it writes")
+  save(fig, "success_rate.png")
+
+  fig, ax = plt.subplots(figsize=(7, 4))
+  levels = sorted({int(k.rsplit("d", 1)[1]) for r in records for k in r
+                   if k.startswith("env/difficulty_frac_d")})
+  if levels:
+    steps, _ = _series(records, f"env/difficulty_frac_d{levels[0]}")
+    fracs = [_series(records, f"env/difficulty_frac_d{d}")[1] for d in levels]
+    ax.stackplot(steps, *fracs, labels=[f"d{d}" for d in levels], alpha=0.8)
+    ax.set_ylabel("share of valid generated tasks")
+  ax2 = ax.twinx()
+  s, v = _series(records, "env/difficulty_mean")
+  ax2.plot(s, v, color="black", lw=2, label="mean difficulty")
+  ax2.set_ylabel("mean difficulty")
+  ax.set_xlabel("co-evolution step")
+  ax.legend(loc="upper left", fontsize=8)
+  ax2.legend(loc="upper right", fontsize=8)
+  ax.set_title("Simulator: difficulty of generated tasks")
+  save(fig, "difficulty.png")
+
+  fig, ax = plt.subplots(figsize=(7, 4))
+  for name in ["eval/accuracy"] + _eval_levels(records):
+    s, v = _series(records, name)
+    ax.plot(s, v, marker="o", ms=3, lw=2.5 if name == "eval/accuracy" else 1,
+            label=name.replace("eval/accuracy_", "level ").replace(
+                "eval/accuracy", "overall"))
+  ax.set_xlabel("co-evolution step (0 = warm-started agent)")
+  ax.set_ylabel("held-out accuracy (greedy)")
+  ax.set_ylim(-0.02, 1.02)
+  ax.legend(fontsize=8)
+  ax.set_title("Agent: held-out accuracy by difficulty")
+  save(fig, "heldout_accuracy.png")
+
+  fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
+  for ax, names in zip(axes, (("agent/reward_mean", "agent/fresh_reward_mean"),
+                              ("env/kl", "agent/kl"),
+                              ("agent/loss", "env_update/loss"))):
+    for name in names:
+      s, v = _series(records, name)
+      ax.plot(s, v, label=name)
+    ax.set_xlabel("co-evolution step")
+    ax.legend(fontsize=8)
+  save(fig, "training.png")
+  return paths
+
+
+def write_report(workdir: str, config) -> dict:
+  """Writes workdir/report/{*.png, summary.json}; returns the summary."""
+  records = metrics_log.read_metrics(
+      os.path.join(workdir, metrics_log.METRICS_FILE))
+  out_dir = os.path.join(workdir, "report")
+  os.makedirs(out_dir, exist_ok=True)
+  alpha, band = config.curriculum.alpha, config.curriculum.band
+  summary = summarize(records, alpha, band)
+  summary["plots"] = plot(records, out_dir, alpha, band)
+  with open(os.path.join(out_dir, "summary.json"), "w") as f:
+    json.dump(summary, f, indent=2)
+  return summary
+
+
+def main():
+  import argparse
+  import ml_collections
+  parser = argparse.ArgumentParser(description=__doc__)
+  parser.add_argument("--workdir", required=True)
+  workdir = parser.parse_args().workdir
+  with open(os.path.join(workdir, "config.json")) as f:
+    config = ml_collections.ConfigDict(json.load(f))
+  print(json.dumps(write_report(workdir, config), indent=2))
+
+
+if __name__ == "__main__":
+  main()

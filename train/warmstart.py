@@ -1,0 +1,109 @@
+"""Stage 1: supervised warm-start of both players on seed tasks.
+
+The agent learns to answer easy tasks (difficulty <= agent_max_difficulty); the
+simulator learns to write tasks of every difficulty when prompted with a seed
+task. Both minimise the token negative log-likelihood of the target given the
+prompt, with AdamW, on batches drawn from the seed data.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from genenv_jax import policy
+from genenv_jax import sharding
+from genenv_jax.tasks.base import TaskDomain
+from models.config import ModelConfig
+
+
+class SupervisedData(NamedTuple):
+  """prompt int32[n, P] (left-padded) + mask; target int32[n, R] + mask."""
+  prompt: np.ndarray
+  prompt_mask: np.ndarray
+  target: np.ndarray
+  target_mask: np.ndarray
+
+
+def agent_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
+               max_difficulty: int) -> SupervisedData:
+  """Agent prompts and reference answers of the seed tasks up to max_difficulty."""
+  rows = rows[difficulty <= max_difficulty]
+  if not len(rows):
+    raise ValueError(f"config.warmstart.agent_max_difficulty={max_difficulty} "
+                     "selects no seed task.")
+  parsed = jax.jit(domain.parse)(rows, rows != domain.pad_id)
+  if not bool(np.all(parsed.valid)):
+    raise ValueError("Seed data holds tasks the domain's parser rejects.")
+  target, target_mask = domain.agent_target(parsed)
+  return SupervisedData(*jax.device_get(
+      (parsed.prompt, parsed.prompt_mask, target, target_mask)))
+
+
+def env_data(domain: TaskDomain, rows: np.ndarray, rng: np.random.Generator,
+             size: int) -> SupervisedData:
+  """(seed task -> another seed task) pairs: the simulator's writing lessons."""
+  seeds = rows[rng.integers(0, len(rows), size)]
+  targets = rows[rng.integers(0, len(rows), size)]
+  prompt, prompt_mask = jax.jit(domain.env_prompt)(seeds)
+  return SupervisedData(np.asarray(prompt), np.asarray(prompt_mask), targets,
+                        targets != domain.pad_id)
+
+
+def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
+                     *, steps: int, batch_size: int, learning_rate: float,
+                     seed: int, mesh, rules) -> tuple[object, list[float]]:
+  """AdamW on the token NLL of data.target; returns (params, losses per step)."""
+  if steps <= 0:
+    return params, []
+  opt = optax.chain(optax.clip_by_global_norm(1.0),
+                    optax.adamw(optax.cosine_decay_schedule(learning_rate,
+                                                            steps, 0.1)))
+  loss_fn = functools.partial(policy.nll_loss, model_config)
+
+  @jax.jit
+  @sharding.in_mesh(mesh, rules)
+  def update(params, opt_state, batch):
+    loss, grads = jax.value_and_grad(loss_fn)(params, *batch)
+    updates, opt_state = opt.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+  opt_state = jax.jit(opt.init)(params)
+  rng = np.random.default_rng(seed)
+  n = len(data.prompt)
+  loss_history = []
+  for _ in range(steps):
+    idx = rng.integers(0, n, batch_size)
+    batch = sharding.shard_batch(tuple(x[idx] for x in data), mesh, rules)
+    params, opt_state, loss = update(params, opt_state, batch)
+    loss_history.append(loss)
+  return params, [float(x) for x in jax.device_get(loss_history)]
+
+
+def warmstart(config, domain: TaskDomain, agent_model: ModelConfig,
+              env_model: ModelConfig, agent_params, env_params,
+              rows: np.ndarray, difficulty: np.ndarray, mesh, rules):
+  """Runs stage 1 for both players. Returns (agent, env params, metrics)."""
+  ws = config.warmstart
+  common = dict(batch_size=ws.batch_size, learning_rate=ws.learning_rate,
+                mesh=mesh, rules=rules)
+  agent_params, agent_losses = train_supervised(
+      agent_model, agent_params,
+      agent_data(domain, rows, difficulty, ws.agent_max_difficulty),
+      steps=ws.agent_steps, seed=config.seed, **common)
+  env_rng = np.random.default_rng(config.seed + 1)
+  env_params, env_losses = train_supervised(
+      env_model, env_params,
+      env_data(domain, rows, env_rng, max(ws.env_steps * ws.batch_size, 1)),
+      steps=ws.env_steps, seed=config.seed + 2, **common)
+  metrics = {}
+  if agent_losses:
+    metrics["warmstart/agent_loss"] = float(np.mean(agent_losses[-20:]))
+  if env_losses:
+    metrics["warmstart/env_loss"] = float(np.mean(env_losses[-20:]))
+  return agent_params, env_params, metrics
