@@ -19,7 +19,10 @@ import ml_collections
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  del arg
+  """arg: None for the demo, or "smoke": a seconds-long run with tiny models."""
+  if arg not in (None, "", "smoke"):
+    raise ValueError(f"configs/default.py: unknown variant {arg!r}; "
+                     "expected none or 'smoke'.")
   c = ml_collections.ConfigDict()
   c.seed = 0
   # Mesh axes (data, fsdp, tensor); -1 takes the remaining devices.
@@ -29,6 +32,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       name="arithmetic",
       max_digits=5,          # difficulty levels 1..5 (digits of the longer operand)
       reverse_answer=True,   # the agent writes the sum least-significant digit first
+      reward="exact",        # agent reward: "exact" or "digits" (partial credit);
+                             # success (for p̂) is always the exact answer
   ))
   c.data = ml_collections.ConfigDict(dict(
       tfds_dir="",           # "" = <workdir>/tfds
@@ -52,16 +57,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.env = player(1e-4)
 
   c.warmstart = ml_collections.ConfigDict(dict(
-      agent_steps=600,
-      env_steps=300,
+      agent_steps=800,
+      env_steps=200,
       batch_size=128,
-      learning_rate=2e-3,
+      learning_rate=3e-3,
       agent_max_difficulty=2,  # the agent only sees easy tasks before co-evolution
+      env_difficulty_step=1,   # simulator lessons: seed of level d -> task of level d±1
   ))
 
   c.coevolve = ml_collections.ConfigDict(dict(
       num_steps=150,
-      num_seeds=16,          # S seed tasks per step
+      num_seeds=8,           # S seed tasks per step
       variations=4,          # m tasks written per seed
       attempts=10,           # G agent attempts per task (p̂ ∈ {0, .1, ..., 1})
       agent_temperature=1.0,
@@ -103,8 +109,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   c.pool = ml_collections.ConfigDict(dict(
       capacity=8192,         # D_train rows (base data + generated tasks)
-      num_base=2048,         # base rows taken from the seed dataset
-      replay_tasks=32,       # pool tasks the agent also attempts each step
+      num_base=2048,         # base rows taken from the seed dataset ...
+      base_max_difficulty=2,  # ... among its tasks up to this level (the agent's base data)
+      replay_tasks=16,       # pool tasks the agent also attempts each step
       env_capacity=2048,     # D_env rows (kept generations)
   ))
 
@@ -115,4 +122,24 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.checkpoint_every = 50
   c.max_checkpoints = 2
   c.profile_first_step = 0  # > 0: a jax.profiler trace of 3 steps from this step
+  if arg == "smoke":
+    _shrink_to_smoke(c)
   return c
+
+
+def _shrink_to_smoke(c: ml_collections.ConfigDict) -> None:
+  """Tiny players and batches: exercises every stage in seconds (tests, CI)."""
+  c.task.max_digits = 2
+  c.data.num_train = 400
+  c.data.num_test_per_level = 20
+  for player in (c.agent, c.env):
+    player.model_overrides = ml_collections.ConfigDict(dict(
+        num_layers=1, hidden_size=32, intermediate_size=64, num_heads=2,
+        num_kv_heads=1))
+  c.warmstart.update(agent_steps=4, env_steps=4, batch_size=16)
+  c.coevolve.update(num_steps=4, num_seeds=4, variations=2, attempts=4,
+                    agent_minibatches=2)
+  c.pool.update(capacity=256, num_base=64, replay_tasks=4, env_capacity=32)
+  c.eval.every_steps = 2
+  c.log_every = 1
+  c.checkpoint_every = 2

@@ -111,7 +111,7 @@ def _agent_update(config, players: Players, agent: PlayerState,
           params, mb)
       updates, opt_state = players.agent_opt.update(grads, opt_state, params)
       params = optax.apply_updates(params, updates)
-      metrics = dict(metrics, loss=loss, grad_norm=optax.global_norm(grads))
+      metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
       return (params, opt_state), metrics
 
     return jax.lax.scan(one_minibatch, (params, opt_state), perm)
@@ -123,7 +123,7 @@ def _agent_update(config, players: Players, agent: PlayerState,
   return agent.replace(params=params, opt_state=opt_state), metrics
 
 
-def _env_update(config, players: Players, env: PlayerState, prompt,
+def simulator_update(config, players: Players, env: PlayerState, prompt,
                 prompt_mask, task, task_mask, old_logp, ref_logp, valid,
                 reward, weights, num_seeds, variations):
   """One simulator update on its generations.
@@ -238,30 +238,31 @@ def make_step(config, domain: TaskDomain, players: Players
         valid=tasks.valid)
     response_mask = agent_out.mask & attempt_valid[:, None]
     prompt, prompt_mask = repeat(tasks.prompt), repeat(tasks.prompt_mask)
-    agent_scores = lambda p: jax.lax.stop_gradient(policy.response_logprobs(
-        players.agent_model, p, prompt, prompt_mask, agent_out.tokens,
-        response_mask, cc.agent_temperature).logp)
+    # The sampler's log-probs are the behaviour policy's (same params, same
+    # temperature); only the reference needs a forward pass.
+    ref_logp = jax.lax.stop_gradient(policy.response_logprobs(
+        players.agent_model, state.agent.ref_params, prompt, prompt_mask,
+        agent_out.tokens, response_mask, cc.agent_temperature).logp)
+    old_logp = jnp.where(response_mask, agent_out.logprobs, 0.0)
     batch = _AgentBatch(prompt, prompt_mask, agent_out.tokens, response_mask,
-                        agent_scores(state.agent.params),
-                        agent_scores(state.agent.ref_params), advantages)
+                        old_logp, ref_logp, advantages)
     agent, agent_metrics = _agent_update(config, players, state.agent, batch,
                                          update_key)
 
     # 7. Simulator update, from its own and its initial model's log-probs.
     gen_prompt = jnp.repeat(env_prompt, variations, axis=0)
     gen_prompt_mask = jnp.repeat(env_prompt_mask, variations, axis=0)
-    env_scores = lambda p: jax.lax.stop_gradient(policy.response_logprobs(
-        players.env_model, p, gen_prompt, gen_prompt_mask, env_out.tokens,
-        env_out.mask, cc.env_temperature).logp)
-    env_old_logp = env_scores(state.env.params)
-    env_ref_logp = env_scores(state.env.ref_params)
+    env_old_logp = env_out.logprobs
+    env_ref_logp = jax.lax.stop_gradient(policy.response_logprobs(
+        players.env_model, state.env.ref_params, gen_prompt, gen_prompt_mask,
+        env_out.tokens, env_out.mask, cc.env_temperature).logp)
     env_kl = _masked_mean(
         losses.kl_estimate(env_old_logp, env_ref_logp, "k3"),
         env_out.mask & fresh.valid[:, None])
     if config.env_update.method == "none":
       env, env_metrics = state.env, {}
     else:
-      env, env_metrics = _env_update(
+      env, env_metrics = simulator_update(
           config, players, state.env, gen_prompt, gen_prompt_mask,
           env_out.tokens, env_out.mask, env_old_logp, env_ref_logp,
           fresh.valid, cur.reward, cur.weights, num_seeds, variations)

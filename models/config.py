@@ -117,7 +117,7 @@ class ModelConfig:
 PRESETS: dict[str, ModelConfig] = {
     # The CPU demo's players (the vocabulary is set by the task domain).
     "demo": ModelConfig(vocab_size=16, hidden_size=128, intermediate_size=384,
-                        num_layers=3, num_heads=4, num_kv_heads=2,
+                        num_layers=2, num_heads=4, num_kv_heads=2,
                         rope_theta=10000.0, qkv_bias=True, tie_embeddings=True,
                         max_position_embeddings=64),
     # A few-hundred-thousand-parameter model for CPU tests and demos.

@@ -1,9 +1,18 @@
-"""Test setup: an 8-device CPU mesh, created before jax is imported."""
+"""Test setup: an 8-device CPU mesh, created before jax is imported, and a
+compilation cache shared by the tests of one run (tests that rebuild the same
+jitted step compile it once)."""
 import os
 import sys
+import tempfile
 
 _FLAG = "--xla_force_host_platform_device_count=8"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = f"{_FLAG} {os.environ.get('XLA_FLAGS', '')}"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # pylint: disable=g-import-not-at-top
+
+jax.config.update("jax_compilation_cache_dir",
+                  tempfile.mkdtemp(prefix="genenv_jax_test_xla_cache_"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)

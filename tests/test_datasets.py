@@ -16,8 +16,8 @@ from genenv_jax.tasks.arithmetic import PAD, ArithmeticDomain
 from train import datasets
 
 CONFIG = datasets.ArithmeticTasksConfig(max_digits=3, seed=7, train_size=300, test_per_level=60)
-# Level 1 has 100 distinct (a, b) pairs, so its test share is capped at 50.
-TEST_PER_LEVEL = [50, 60, 60]
+# Level 1's test set is the whole 100-fact addition table.
+TEST_PER_LEVEL = [100, 60, 60]
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +42,15 @@ def test_split_sizes_and_difficulty_coverage(built):
   np.testing.assert_array_equal(np.bincount(test["difficulty"], minlength=4)[1:], TEST_PER_LEVEL)
 
 
-def test_test_split_is_distinct_and_disjoint_from_train(built):
+def test_test_split_is_distinct_and_disjoint_from_train_above_level_1(built):
   _, splits = built
   test_pairs = _pairs(splits["test"])
   assert len(set(test_pairs)) == len(test_pairs)
-  assert not set(test_pairs) & set(_pairs(splits["train"]))
+  table = {(x, y) for x in range(10) for y in range(10)}
+  level1 = splits["test"]["difficulty"] == 1
+  assert {tuple(p) for p in np.array(test_pairs)[level1].tolist()} == table
+  harder = {p for p, d in zip(test_pairs, splits["test"]["difficulty"]) if d > 1}
+  assert not harder & set(_pairs(splits["train"]))
 
 
 def test_rows_parse_as_valid_tasks_of_their_difficulty(built):

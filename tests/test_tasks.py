@@ -202,6 +202,25 @@ def test_verify_is_exact_match_on_the_response(domain):
   np.testing.assert_array_equal(rewards, [1, 0, 0, 1, 0, 0, 0, 0])
 
 
+def test_digits_reward_gives_partial_credit_by_position():
+  domain = ArithmeticDomain(max_digits=MAX_DIGITS, reward="digits")
+  rewards = _verify(
+      domain,
+      [
+          _ids("213E"),  # exact: 1
+          _ids("223E"),  # one wrong digit: 3 of 4 positions
+          _ids("21E"),  # stops early: '2', '1' right, EOS misplaced: 2 of 4
+          _ids("2139"),  # no EOS: 3 of 4
+          _ids("2E13"),  # tokens after the first EOS never match: 1 of 4
+          _ids("E213"),  # nothing in place
+      ],
+      ["213E"] * 6,
+  )
+  np.testing.assert_allclose(rewards, [1, 0.75, 0.5, 0.75, 0.25, 0])
+  with pytest.raises(ValueError, match="config.task.reward"):
+    ArithmeticDomain(max_digits=2, reward="f1")
+
+
 def test_answer_in_the_prompt_does_not_count(domain):
   parsed = _parse_texts(domain, ["12+3=E"])
   answer = "51E" if domain.reverse_answer else "15E"

@@ -81,8 +81,12 @@ def arithmetic_splits(config: ArithmeticTasksConfig) -> dict[str, dict[str, np.n
   domain = ArithmeticDomain(max_digits=config.max_digits)
   rng = np.random.default_rng(config.seed)
 
+  # Level 1 is the 100-fact addition table: a fact cannot be inferred from the
+  # others, so its test set is the whole table and is not held out of train.
+  # Every other level's test tasks never appear in train.
+  table = np.array([(x, y) for x in range(10) for y in range(10)], np.int64)
   held_out: dict[tuple[int, int], int] = {}  # insertion-ordered: level by level
-  for level in range(1, config.max_digits + 1):
+  for level in range(2, config.max_digits + 1):
     count = min(config.test_per_level, _pairs_at_level(level) // 2)
     target = len(held_out) + count
     while len(held_out) < target:
@@ -90,8 +94,10 @@ def arithmetic_splits(config: ArithmeticTasksConfig) -> dict[str, dict[str, np.n
       for pair in zip(a.tolist(), b.tolist()):
         if len(held_out) < target:
           held_out.setdefault(pair, level)
-  test_pairs = np.array(list(held_out), np.int64).reshape(-1, 2)
-  test_difficulty = np.array(list(held_out.values()), np.int32)
+  test_pairs = np.concatenate(
+      [table, np.array(list(held_out), np.int64).reshape(-1, 2)])
+  test_difficulty = np.concatenate(
+      [np.ones(len(table), np.int32), np.array(list(held_out.values()), np.int32)])
 
   train_difficulty = rng.permutation(np.arange(config.train_size) % config.max_digits + 1)
   train_a, train_b = domain.random_operands(rng, train_difficulty)
@@ -151,7 +157,9 @@ def arithmetic_tasks_builder() -> type:
 
     @classmethod
     def for_config(cls, spec: ArithmeticTasksConfig, **kwargs: Any) -> ArithmeticTasks:
-      return cls(config=builder_config(spec), **kwargs)
+      # tfds refuses a custom config named like a preset: presets go by name.
+      config = spec.name if spec in ARITHMETIC_PRESETS else builder_config(spec)
+      return cls(config=config, **kwargs)
 
     def _info(self) -> tfds.core.DatasetInfo:
       task_len = ArithmeticDomain(max_digits=self.builder_config.spec.max_digits).task_len

@@ -114,8 +114,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
   builder_config = datasets.builder_config_from(config)
   train = datasets.load_split(builder_config, "train", data_dir)
   test = datasets.load_split(builder_config, "test", data_dir)
-  base = np.random.default_rng(config.data.seed).permutation(
-      len(train["task"]))[:config.pool.num_base]
+  easy = np.flatnonzero(train["difficulty"] <= config.pool.base_max_difficulty)
+  base = np.random.default_rng(config.data.seed).permutation(easy)[
+      :config.pool.num_base]
 
   jsonl = metrics_log.JsonlWriter(workdir)
   writer = metric_writers.MultiWriter([

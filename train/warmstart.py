@@ -45,14 +45,34 @@ def agent_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
       (parsed.prompt, parsed.prompt_mask, target, target_mask)))
 
 
-def env_data(domain: TaskDomain, rows: np.ndarray, rng: np.random.Generator,
-             size: int) -> SupervisedData:
-  """(seed task -> another seed task) pairs: the simulator's writing lessons."""
-  seeds = rows[rng.integers(0, len(rows), size)]
-  targets = rows[rng.integers(0, len(rows), size)]
-  prompt, prompt_mask = jax.jit(domain.env_prompt)(seeds)
-  return SupervisedData(np.asarray(prompt), np.asarray(prompt_mask), targets,
-                        targets != domain.pad_id)
+def env_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
+             rng: np.random.Generator, size: int,
+             difficulty_step: int) -> SupervisedData:
+  """(seed task -> new task) pairs: the simulator's writing lessons.
+
+  Seeds are drawn from all of `rows`; each target is a seed task whose
+  difficulty differs from its seed's by a uniform step in
+  [-difficulty_step, difficulty_step] (clipped to the levels present), so the
+  simulator learns to write variations near its seed's level. A negative
+  difficulty_step draws targets independently of the seed.
+  """
+  seeds = rng.integers(0, len(rows), size)
+  if difficulty_step < 0:
+    targets = rng.integers(0, len(rows), size)
+  else:
+    levels = np.unique(difficulty)
+    step = rng.integers(-difficulty_step, difficulty_step + 1, size)
+    wanted = np.clip(difficulty[seeds] + step, levels.min(), levels.max())
+    targets = np.empty(size, np.int64)
+    for level in np.unique(wanted):
+      at_level = np.flatnonzero(difficulty == level)
+      if not len(at_level):
+        raise ValueError(f"Seed data has no task of difficulty {level}.")
+      chosen = wanted == level
+      targets[chosen] = rng.choice(at_level, chosen.sum())
+  prompt, prompt_mask = jax.jit(domain.env_prompt)(rows[seeds])
+  return SupervisedData(np.asarray(prompt), np.asarray(prompt_mask),
+                        rows[targets], rows[targets] != domain.pad_id)
 
 
 def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
@@ -61,9 +81,9 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
   """AdamW on the token NLL of data.target; returns (params, losses per step)."""
   if steps <= 0:
     return params, []
-  opt = optax.chain(optax.clip_by_global_norm(1.0),
-                    optax.adamw(optax.cosine_decay_schedule(learning_rate,
-                                                            steps, 0.1)))
+  schedule = optax.warmup_cosine_decay_schedule(
+      0.0, learning_rate, min(50, steps // 10 + 1), steps, 0.1 * learning_rate)
+  opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule))
   loss_fn = functools.partial(policy.nll_loss, model_config)
 
   @jax.jit
@@ -99,7 +119,8 @@ def warmstart(config, domain: TaskDomain, agent_model: ModelConfig,
   env_rng = np.random.default_rng(config.seed + 1)
   env_params, env_losses = train_supervised(
       env_model, env_params,
-      env_data(domain, rows, env_rng, max(ws.env_steps * ws.batch_size, 1)),
+      env_data(domain, rows, difficulty, env_rng,
+               max(ws.env_steps * ws.batch_size, 1), ws.env_difficulty_step),
       steps=ws.env_steps, seed=config.seed + 2, **common)
   metrics = {}
   if agent_losses:

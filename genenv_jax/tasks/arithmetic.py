@@ -39,6 +39,7 @@ VOCAB_SIZE = 16
 
 # Two 9-digit operands sum to at most 1_999_999_998 < 2**31: every value stays in int32.
 MAX_SUPPORTED_DIGITS = 9
+REWARDS = ("exact", "digits")
 
 _TOKEN_TEXT = {PAD: "", BOS: "<bos>", EOS: "<eos>", PLUS: "+", EQUALS: "=", SEP: ">"}
 _TOKEN_TEXT.update({DIGIT0 + d: str(d) for d in range(10)})
@@ -47,7 +48,7 @@ _TOKEN_TEXT.update({DIGIT0 + d: str(d) for d in range(10)})
 def default_config() -> ml_collections.ConfigDict:
   """The `config.task` section for this domain."""
   return ml_collections.ConfigDict(
-      {"name": "arithmetic", "max_digits": 5, "reverse_answer": True}
+      {"name": "arithmetic", "max_digits": 5, "reverse_answer": True, "reward": "exact"}
   )
 
 
@@ -83,10 +84,14 @@ class ArithmeticDomain(TaskDomain):
   Attributes:
     max_digits: longest operand, 1..9; also the largest difficulty.
     reverse_answer: write the answer least-significant digit first.
+    reward: "exact" (1 iff the whole answer is right) or "digits" (the share of
+      the reference's tokens, EOS included, that the response has in place:
+      partial credit, 1 only for the exact answer).
   """
 
   max_digits: int = 5
   reverse_answer: bool = True
+  reward: str = "exact"
 
   vocab_size = VOCAB_SIZE
   pad_id = PAD
@@ -98,10 +103,16 @@ class ArithmeticDomain(TaskDomain):
       raise ValueError(
           f"max_digits must be in 1..{MAX_SUPPORTED_DIGITS} (int32 sums), got {self.max_digits}"
       )
+    if self.reward not in REWARDS:
+      raise ValueError(f"config.task.reward={self.reward!r}; expected one of {REWARDS}")
 
   @classmethod
   def from_config(cls, config: Any) -> ArithmeticDomain:
-    return cls(max_digits=int(config.max_digits), reverse_answer=bool(config.reverse_answer))
+    return cls(
+        max_digits=int(config.max_digits),
+        reverse_answer=bool(config.reverse_answer),
+        reward=str(config.get("reward", "exact")),
+    )
 
   @property
   def task_len(self) -> int:
@@ -258,7 +269,9 @@ class ArithmeticDomain(TaskDomain):
     """Exact match: 1.0 iff the response up to its first EOS (inclusive) is the reference.
 
     Tokens after the response's first EOS are ignored; a response without an EOS inside
-    `response_mask` scores 0, and so does any response to an invalid task.
+    `response_mask` scores 0, and so does any response to an invalid task. With
+    reward="digits" an inexact response scores the share of reference positions it
+    matches (tokens after its first EOS never match).
 
     Args:
       response: int32[M, answer_len].
@@ -288,7 +301,11 @@ class ArithmeticDomain(TaskDomain):
     # The reference's only EOS is its last token, so matching through the response's EOS
     # matches the whole reference.
     match = is_eos.any(axis=1) & jnp.all(same | ~up_to_eos, axis=1)
-    return match.astype(jnp.float32)
+    if self.reward == "exact":
+      return match.astype(jnp.float32)
+    written = same & (up_to_eos | ~is_eos.any(axis=1, keepdims=True))
+    share = written.sum(axis=1) / jnp.maximum(reference_mask.sum(axis=1), 1)
+    return jnp.where(match, 1.0, share).astype(jnp.float32)
 
   def decode(self, tokens: np.ndarray | jax.Array) -> list[str]:
     """Renders rows as text, e.g. `12+345=<eos>`; pad is dropped, unknown ids print as `<id>`."""

@@ -1,0 +1,81 @@
+"""D_train and D_env ring buffers: protected base data, cursor, wrap-around, sampling."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from genenv_jax import pool as pool_lib
+
+
+def _rows(values, width=3):
+  return np.stack([np.full((width,), v, np.int32) for v in values])
+
+
+def test_task_pool_keeps_base_and_appends_kept_rows_in_order():
+  pool = pool_lib.create_task_pool(_rows([1, 2]), np.array([1, 1]), capacity=6)
+  new = _rows([10, 11, 12, 13])
+  keep = jnp.array([True, False, True, True])
+  pool = jax.jit(pool_lib.add_tasks)(pool, jnp.asarray(new),
+                                     jnp.array([2, 3, 4, 5]), keep)
+  np.testing.assert_array_equal(np.asarray(pool.tasks[:, 0]),
+                                [1, 2, 10, 12, 13, 0])
+  np.testing.assert_array_equal(np.asarray(pool.difficulty),
+                                [1, 1, 2, 4, 5, 0])
+  assert int(pool.size) == 5 and int(pool.cursor) == 5
+  assert int(pool.total_added) == 3
+
+
+def test_task_pool_wraps_around_without_touching_base():
+  pool = pool_lib.create_task_pool(_rows([1, 2]), np.array([1, 1]), capacity=5)
+  add = jax.jit(pool_lib.add_tasks)
+  all_true = jnp.ones((2,), bool)
+  pool = add(pool, jnp.asarray(_rows([10, 11])), jnp.array([3, 3]), all_true)
+  pool = add(pool, jnp.asarray(_rows([12, 13])), jnp.array([4, 4]), all_true)
+  # Ring [2, 5): 10, 11, 12 fill it, 13 overwrites the oldest (10).
+  np.testing.assert_array_equal(np.asarray(pool.tasks[:, 0]),
+                                [1, 2, 13, 11, 12])
+  assert int(pool.size) == 5 and int(pool.cursor) == 3
+  assert int(pool.total_added) == 4
+
+
+def test_task_pool_write_larger_than_ring_keeps_the_first_rows_that_fit():
+  pool = pool_lib.create_task_pool(_rows([1]), np.array([1]), capacity=3)
+  pool = pool_lib.add_tasks(pool, jnp.asarray(_rows([10, 11, 12])),
+                            jnp.array([2, 2, 2]), jnp.ones((3,), bool))
+  np.testing.assert_array_equal(np.asarray(pool.tasks[:, 0]), [1, 10, 11])
+  assert int(pool.size) == 3
+
+
+def test_task_pool_samples_only_filled_rows():
+  pool = pool_lib.create_task_pool(_rows([7, 8, 9]), np.array([1, 2, 3]),
+                                   capacity=64)
+  tasks, difficulty = jax.jit(pool_lib.sample_tasks, static_argnums=2)(
+      pool, jax.random.PRNGKey(0), 300)
+  assert set(np.asarray(tasks[:, 0]).tolist()) == {7, 8, 9}
+  np.testing.assert_array_equal(np.asarray(difficulty),
+                                np.asarray(tasks[:, 0]) - 6)
+
+
+def test_task_pool_capacity_must_exceed_base():
+  with pytest.raises(ValueError, match="config.pool.capacity"):
+    pool_lib.create_task_pool(_rows([1, 2]), np.array([1, 1]), capacity=2)
+
+
+def test_generation_pool_stores_kept_generations_with_rewards():
+  pool = pool_lib.create_generation_pool(capacity=3, prompt_len=2, task_len=3)
+  present = pool_lib.sample_generations(pool, jax.random.PRNGKey(0), 4)[-1]
+  assert not bool(present.any())
+  prompt = jnp.asarray(_rows([1, 2, 3, 4], width=2))
+  task = jnp.asarray(_rows([5, 6, 7, 8]))
+  pool = pool_lib.add_generations(
+      pool, prompt, prompt > 0, task, task > 0,
+      jnp.array([0.1, 0.2, 0.3, 0.4]), jnp.array([False, True, True, False]))
+  assert int(pool.size) == 2
+  np.testing.assert_array_equal(np.asarray(pool.task[:2, 0]), [6, 7])
+  np.testing.assert_allclose(np.asarray(pool.reward[:2]), [0.2, 0.3])
+  got = pool_lib.sample_generations(pool, jax.random.PRNGKey(1), 50)
+  assert bool(got[-1].all())
+  assert set(np.asarray(got[2][:, 0]).tolist()) == {6, 7}
+  np.testing.assert_allclose(np.asarray(got[4]),
+                             (np.asarray(got[2][:, 0]) - 4) / 10, rtol=1e-6)
