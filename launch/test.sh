@@ -3,6 +3,7 @@
 # Extra arguments pass through to pytest, e.g. ./launch/test.sh -k sampling -x
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 ensure_venv requirements-test.txt
+"$VENV/bin/python" -c "import bfcl_eval" 2>/dev/null || "$VENV/bin/pip" install -q --no-deps bfcl-eval==2026.3.23
 cd "$ROOT"
 export XLA_FLAGS="--xla_force_host_platform_device_count=8 ${XLA_FLAGS:-}"
 export JAX_PLATFORMS=cpu

@@ -1,0 +1,109 @@
+"""API-Bank call match: does the predicted API call equal the gold call?
+
+Gold data (JSONL), one call per line, with the field names of API-Bank's samples:
+  {"id": "lv1-0", "api_name": "ToolSearcher", "param_dict": {"keywords": "weather"}}
+
+A prediction's text is read as
+  * API-Bank's format `API-Request: [Name(key='value', ...)]`: the call list on the
+    rest of the marker's line (or the next line when that is empty), text around it
+    ignored; or otherwise
+  * any format `bfcl.decode_calls` reads: JSON `{"name": ..., "parameters": {...}}`
+    (or "arguments"), `<tool_call>` blocks, or Python calls `[Name(key='value')]`.
+Text that cannot be read is INVALID. It is CORRECT when it holds exactly one call whose
+name equals the gold name (case-sensitive) and whose parameters have the gold keys with
+equal `canonical` values: strings are compared with surrounding whitespace stripped,
+inner whitespace runs collapsed and in lower case; "true"/"false" strings equal the
+booleans; numeric strings equal numbers, compared by value ("3" == 3 == 3.0, but
+True != 1); lists and dicts compare element-wise.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, NamedTuple
+
+from genenv_jax.scoring import CORRECT, INCORRECT, INVALID, InputError, Verdict
+from genenv_jax.scoring import read_jsonl
+from genenv_jax.scoring.bfcl import Call, DecodeError, decode_calls
+
+_REQUEST_LINE = re.compile(r"API-Request:\s*([^\n]*)")
+_INTEGER = re.compile(r"[+-]?\d{1,100}")  # longer digit strings compare as floats
+_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+class ApiCall(NamedTuple):
+  """A gold API call: its name and parameters."""
+
+  name: str
+  parameters: dict[str, Any]
+
+
+def load_gold(path: str) -> dict[Any, ApiCall]:
+  """The gold calls of a data file by id, in file order.
+
+  Raises:
+    InputError: unreadable file, a record without an id, a string 'api_name' and an
+      object 'param_dict', or a repeated id.
+  """
+  gold = {}
+  for record in read_jsonl(path):
+    entry_id = record.get("id")
+    if not isinstance(entry_id, (str, int)) or isinstance(entry_id, bool):
+      raise InputError(f"{path}: record without a string or integer 'id': "
+                       f"{str(record)[:200]}")
+    if not isinstance(record.get("api_name"), str):
+      raise InputError(f"{path}: id {entry_id!r} has no string 'api_name'")
+    if not isinstance(record.get("param_dict"), dict):
+      raise InputError(f"{path}: id {entry_id!r} has no object 'param_dict'")
+    if entry_id in gold:
+      raise InputError(f"{path}: id {entry_id!r} appears twice")
+    gold[entry_id] = ApiCall(record["api_name"], record["param_dict"])
+  return gold
+
+
+def parse_prediction(text: str) -> list[Call]:
+  """The calls in a prediction (formats in the module docstring).
+
+  Raises:
+    DecodeError: the text holds no readable call list.
+  """
+  request = _REQUEST_LINE.search(text)
+  return decode_calls(request.group(1).strip() if request else text)
+
+
+def canonical(value: Any) -> Any:
+  """`value` in the form parameters are compared in (rules in the module docstring)."""
+  if isinstance(value, bool):
+    return "true" if value else "false"
+  if isinstance(value, str):
+    text = " ".join(value.split()).lower()
+    if _INTEGER.fullmatch(text):
+      return int(text)
+    return float(text) if _DECIMAL.fullmatch(text) else text
+  if isinstance(value, (list, tuple)):
+    return [canonical(v) for v in value]
+  if isinstance(value, dict):
+    return {str(k).strip(): canonical(v) for k, v in value.items()}
+  return value
+
+
+def score(gold: ApiCall, text: str) -> Verdict:
+  """The verdict on one prediction against its gold call."""
+  try:
+    calls = parse_prediction(text)
+  except DecodeError as e:
+    return Verdict(INVALID, str(e))
+  if len(calls) != 1:
+    return Verdict(INCORRECT, f"expected one API call, got {len(calls)}")
+  call, = calls
+  if call.name != gold.name:
+    return Verdict(INCORRECT, f"called {call.name!r}, expected {gold.name!r}")
+  predicted = {k: canonical(v) for k, v in call.args.items()}
+  expected = {k: canonical(v) for k, v in gold.parameters.items()}
+  problems = [f"missing {k!r}" for k in expected if k not in predicted]
+  problems += [f"unexpected {k!r}" for k in predicted if k not in expected]
+  problems += [f"{k!r}: {call.args[k]!r} != {gold.parameters[k]!r}"
+               for k in expected if k in predicted and predicted[k] != expected[k]]
+  if problems:
+    return Verdict(INCORRECT, "; ".join(problems))
+  return Verdict(CORRECT)

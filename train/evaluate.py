@@ -1,0 +1,171 @@
+"""Benchmark scoring of model outputs: BFCL AST, API-Bank call match, QA EM/F1.
+
+  python -m train.evaluate bfcl --category simple_python --data_dir DIR \
+      --predictions FILE
+  python -m train.evaluate apibank --data GOLD.jsonl --predictions FILE
+  python -m train.evaluate qa --data GOLD.jsonl --predictions FILE
+
+Predictions FILE is JSON lines, one `{"id": ..., "result": "<model output text>"}` per
+example (BFCL's result-file fields). Every example of the data must have exactly one
+prediction unless `--allow_missing` is given, in which case only predicted examples are
+scored.
+
+  bfcl     DIR is laid out as bfcl-eval's data directory: `BFCL_v<N>_<category>.json`
+           and `possible_answer/BFCL_v<N>_<category>.json`; categories, output formats
+           and rules in genenv_jax/scoring/bfcl.py. `--dots_as_underscores` expects
+           dotted function names written with `_`.
+  apibank  GOLD lines `{"id": ..., "api_name": ..., "param_dict": {...}}`; rules in
+           genenv_jax/scoring/apibank.py.
+  qa       GOLD lines `{"id": ..., "answers": ["...", ...]}`; rules in
+           genenv_jax/scoring/qa.py. Accuracy is exact match; F1 is printed too.
+
+Prints `key=value` summary lines, the last one `accuracy=<float>`, and writes one line
+per scored example, in data order, to `FILE.verdicts.jsonl`: `{"id": ...,
+"correct": bool, "verdict": "correct" | "incorrect: <why>" | "invalid: <why>"}` (QA
+lines add "exact_match" and "f1"). Bad input exits with status 2 and a message
+naming the file, id or category.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable
+
+from genenv_jax.scoring import INVALID, InputError, Verdict, apibank, bfcl, qa
+from genenv_jax.scoring import read_jsonl
+
+
+def read_predictions(path: str, ids: list[Any], source: str,
+                     allow_missing: bool) -> dict[Any, str]:
+  """The prediction text of each id, restricted to `ids` (the ids of `source`).
+
+  Raises:
+    InputError: a record without an id or a string 'result', an id not in `source`,
+      an id predicted twice, no predictions, or (unless `allow_missing`) an id of
+      `source` without a prediction.
+  """
+  known = set(ids)
+  texts = {}
+  for record in read_jsonl(path):
+    entry_id = record.get("id")
+    if entry_id not in known:
+      raise InputError(f"{path}: prediction id {entry_id!r} is not in {source}")
+    if not isinstance(record.get("result"), str):
+      raise InputError(f"{path}: id {entry_id!r} has no string 'result'")
+    if entry_id in texts:
+      raise InputError(f"{path}: id {entry_id!r} is predicted twice")
+    texts[entry_id] = record["result"]
+  if not texts:
+    raise InputError(f"{path}: no predictions")
+  missing = [i for i in ids if i not in texts]
+  if missing and not allow_missing:
+    shown = ", ".join(repr(i) for i in missing[:5])
+    raise InputError(f"{path}: {len(missing)} id(s) of {source} have no prediction "
+                     f"(e.g. {shown}); pass --allow_missing to score only the "
+                     "predicted ones")
+  return texts
+
+
+def _write_verdicts(path: str, rows: list[dict[str, Any]]) -> None:
+  try:
+    with open(path, "w", encoding="utf-8") as f:
+      for row in rows:
+        f.write(json.dumps(row, ensure_ascii=False) + "\n")
+  except OSError as e:
+    raise InputError(f"cannot write verdicts to {path}: {e}") from e
+
+
+def _verdict_row(entry_id: Any, verdict: Verdict) -> dict[str, Any]:
+  return {"id": entry_id, "correct": verdict.correct, "verdict": str(verdict)}
+
+
+def _report(args, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+  _write_verdicts(args.predictions + ".verdicts.jsonl", rows)
+  correct = sum(row["correct"] for row in rows)
+  for key, value in {**summary, "examples": len(rows), "correct": correct}.items():
+    print(f"{key}={value}")
+  print(f"accuracy={correct / len(rows):.6f}")
+
+
+def _run_bfcl(args) -> None:
+  entries = bfcl.load_category(args.data_dir, args.category)
+  texts = read_predictions(args.predictions, [e.id for e in entries],
+                           f"BFCL category {args.category!r}", args.allow_missing)
+  rows = []
+  for entry in entries:
+    if entry.id in texts:
+      verdict = bfcl.score(entry, texts[entry.id], args.category,
+                           args.dots_as_underscores)
+      rows.append(_verdict_row(entry.id, verdict))
+  invalid = sum(row["verdict"].startswith(INVALID) for row in rows)
+  _report(args, rows, {"category": args.category, "invalid": invalid})
+
+
+def _run_apibank(args) -> None:
+  gold = apibank.load_gold(args.data)
+  texts = read_predictions(args.predictions, list(gold), args.data,
+                           args.allow_missing)
+  rows = [_verdict_row(i, apibank.score(call, texts[i]))
+          for i, call in gold.items() if i in texts]
+  invalid = sum(row["verdict"].startswith(INVALID) for row in rows)
+  _report(args, rows, {"invalid": invalid})
+
+
+def _run_qa(args) -> None:
+  answers = qa.load_answers(args.data)
+  texts = read_predictions(args.predictions, list(answers), args.data,
+                           args.allow_missing)
+  rows = []
+  for entry_id, gold in answers.items():
+    if entry_id in texts:
+      result = qa.score(gold, texts[entry_id])
+      rows.append({**_verdict_row(entry_id, result.verdict),
+                   "exact_match": result.exact_match, "f1": result.f1})
+  f1 = sum(row["f1"] for row in rows) / len(rows)
+  _report(args, rows, {"f1": f"{f1:.6f}"})
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(
+      prog="python -m train.evaluate",
+      description="Score model outputs; the last line printed is accuracy=<float>.")
+  commands = parser.add_subparsers(dest="benchmark", required=True)
+
+  def command(name: str, run: Callable, help_text: str) -> argparse.ArgumentParser:
+    sub = commands.add_parser(name, help=help_text)
+    sub.set_defaults(run=run)
+    sub.add_argument("--predictions", required=True,
+                     help='JSONL of {"id": ..., "result": "<model output>"}')
+    sub.add_argument("--allow_missing", action="store_true",
+                     help="score only the examples that have a prediction")
+    return sub
+
+  sub = command("bfcl", _run_bfcl, "BFCL single-turn AST categories (Python)")
+  sub.add_argument("--category", required=True,
+                   help=f"one of {', '.join(bfcl.SUPPORTED_CATEGORIES)}")
+  sub.add_argument("--data_dir", required=True,
+                   help="directory holding BFCL_v<N>_<category>.json and "
+                        "possible_answer/")
+  sub.add_argument("--dots_as_underscores", action="store_true",
+                   help="expect dotted function names written with '_'")
+  sub = command("apibank", _run_apibank, "API-Bank call match")
+  sub.add_argument("--data", required=True, help="JSONL of gold API calls")
+  sub = command("qa", _run_qa, "question answering exact match / F1")
+  sub.add_argument("--data", required=True, help="JSONL of gold answers")
+  return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+  args = _parser().parse_args(argv)
+  try:
+    args.run(args)
+  except InputError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
