@@ -53,20 +53,22 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         grad_clip=1.0,
     ))
 
-  c.agent = player(3e-4)
-  c.env = player(1e-4)
+  c.agent = player(5e-4)
+  c.env = player(3e-4)
 
   c.warmstart = ml_collections.ConfigDict(dict(
-      agent_steps=800,
+      agent_steps=600,
       env_steps=200,
       batch_size=128,
       learning_rate=3e-3,
-      agent_max_difficulty=2,  # the agent only sees easy tasks before co-evolution
+      # Share of each level (1..max_digits) in the agent's lessons: mostly easy
+      # tasks, a few harder ones, none of the hardest.
+      agent_level_weights=(8, 4, 2, 1, 0),
       env_difficulty_step=1,   # simulator lessons: seed of level d -> task of level d±1
   ))
 
   c.coevolve = ml_collections.ConfigDict(dict(
-      num_steps=150,
+      num_steps=120,
       num_seeds=8,           # S seed tasks per step
       variations=4,          # m tasks written per seed
       attempts=10,           # G agent attempts per task (p̂ ∈ {0, .1, ..., 1})
@@ -102,24 +104,24 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # coefficient, cap and estimator are not given).
   c.env_update = ml_collections.ConfigDict(dict(
       method="rwr",          # "rwr" | "pg" | "none" (frozen simulator)
-      kl_coef=0.05,
+      kl_coef=1.0,
       kl_estimator="k3",
-      kl_cap=0.05,           # largest KL(before || after) of one update; <= 0: no cap
+      kl_cap=0.02,           # largest KL(before || after) of one update; <= 0: no cap
   ))
 
   c.pool = ml_collections.ConfigDict(dict(
       capacity=8192,         # D_train rows (base data + generated tasks)
       num_base=2048,         # base rows taken from the seed dataset ...
       base_max_difficulty=2,  # ... among its tasks up to this level (the agent's base data)
-      replay_tasks=16,       # pool tasks the agent also attempts each step
+      replay_tasks=8,        # pool tasks the agent also attempts each step
       env_capacity=2048,     # D_env rows (kept generations)
   ))
 
   c.eval = ml_collections.ConfigDict(dict(
-      every_steps=25,     # held-out accuracy per difficulty (greedy)
+      every_steps=20,     # held-out accuracy per difficulty (greedy)
   ))
   c.log_every = 5
-  c.checkpoint_every = 50
+  c.checkpoint_every = 40
   c.max_checkpoints = 2
   c.profile_first_step = 0  # > 0: a jax.profiler trace of 3 steps from this step
   if arg == "smoke":
@@ -130,6 +132,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 def _shrink_to_smoke(c: ml_collections.ConfigDict) -> None:
   """Tiny players and batches: exercises every stage in seconds (tests, CI)."""
   c.task.max_digits = 2
+  c.warmstart.agent_level_weights = (2, 1)
   c.data.num_train = 400
   c.data.num_test_per_level = 20
   for player in (c.agent, c.env):

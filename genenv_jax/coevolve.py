@@ -124,9 +124,14 @@ def _agent_update(config, players: Players, agent: PlayerState,
 
 
 def simulator_update(config, players: Players, env: PlayerState, prompt,
-                prompt_mask, task, task_mask, old_logp, ref_logp, valid,
-                reward, weights, num_seeds, variations):
-  """One simulator update on its generations.
+                     prompt_mask, task, task_mask, old_logp, ref_logp, valid,
+                     reward, weights, num_seeds, variations):
+  """One simulator update on its M = num_seeds * variations generations.
+
+  Args: prompt int32[M, Pe] + prompt_mask; task int32[M, L] (what it wrote) +
+  task_mask; old_logp, ref_logp f32[M, L] under the sampling and the initial
+  simulator; valid bool[M]; reward f32[M] (R_env); weights f32[M] (RWR,
+  zero outside the band). Rows are seed-major.
 
   RWR: weighted max-likelihood of kept generations + KL to the initial
   simulator; PG: GRPO over each seed's variations with R_env as reward. Either

@@ -1,7 +1,5 @@
 """The co-evolution step on the 8-device mesh, and the simulator update alone."""
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -116,14 +114,15 @@ def _scripted_env_training(alpha, steps):
       steps=300, batch_size=64, learning_rate=3e-3, seed=0, mesh=mesh,
       rules=RULES)
   env_state = coevolve.PlayerState(
-      params=env, opt_state=players.env_opt.init(env), ref_params=env)
+      params=env, opt_state=players.env_opt.init(env),
+      ref_params=jax.tree.map(jnp.copy, env))
   seeds = jnp.asarray(rows[:16])
   prompt, prompt_mask = domain.env_prompt(seeds)
   sampling = SamplingConfig(max_new_tokens=domain.task_len,
                             eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
   cc = config.coevolve
 
-  @functools.partial(jax.jit, donate_argnums=0)
+  @jax.jit
   def round_(env_state, key):
     env_key, agent_key = jax.random.split(key)
     out = sample(players.env_model, env_state.params, prompt, prompt_mask,
@@ -150,7 +149,7 @@ def _scripted_env_training(alpha, steps):
   return np.mean(shares[:5], axis=0), np.mean(shares[-5:], axis=0)
 
 
-@pytest.mark.parametrize("alpha, target_level", [(0.5, 2), (0.9, 1)])
+@pytest.mark.parametrize("alpha, target_level", [(0.5, 2), (0.1, 3)])
 def test_rwr_moves_simulator_to_difficulty_where_success_is_near_alpha(
     alpha, target_level):
   before, after = _scripted_env_training(alpha, steps=40)

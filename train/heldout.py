@@ -20,10 +20,13 @@ class HeldoutEval:
     agent_model: the agent's architecture.
     rows: int32[n, task_len] held-out written tasks; difficulty: int32[n].
     mesh, rules: the layout the evaluation runs in.
+    success_threshold: an answer counts as correct when its reward reaches it
+      (partial-credit rewards do not count as accuracy).
   """
 
   def __init__(self, domain: TaskDomain, agent_model: ModelConfig,
-               rows: np.ndarray, difficulty: np.ndarray, mesh, rules):
+               rows: np.ndarray, difficulty: np.ndarray, mesh, rules,
+               success_threshold: float = 1.0):
     self._levels = sorted(int(d) for d in np.unique(difficulty))
     self._difficulty = jnp.asarray(difficulty)
     self._rows = jnp.asarray(rows)
@@ -37,7 +40,9 @@ class HeldoutEval:
       out = sample(agent_model, params, parsed.prompt, parsed.prompt_mask,
                    jax.random.PRNGKey(0), greedy)
       reward = domain.verify(out.tokens, out.mask, parsed.reference,
-                             parsed.reference_mask) * parsed.valid
+                             parsed.reference_mask)
+      reward = ((reward >= success_threshold) & parsed.valid).astype(
+          jnp.float32)
       per_level = jnp.stack([
           jnp.sum(reward * (difficulty == d)) / jnp.maximum(
               jnp.sum(difficulty == d), 1) for d in self._levels])

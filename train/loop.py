@@ -122,8 +122,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
   writer = metric_writers.MultiWriter([
       metric_writers.create_default_writer(
           workdir, just_logging=jax.process_index() > 0), jsonl])
-  evaluate = heldout.HeldoutEval(domain, players.agent_model, test["task"],
-                                 test["difficulty"], mesh, rules)
+  evaluate = heldout.HeldoutEval(
+      domain, players.agent_model, test["task"], test["difficulty"], mesh,
+      rules, config.curriculum.success_threshold)
   ckpt = _checkpoint_manager(workdir, config)
 
   agent_key, env_key = jax.random.split(jax.random.PRNGKey(config.seed))

@@ -1,7 +1,7 @@
 """Stage 1: supervised warm-start of both players on seed tasks.
 
-The agent learns to answer easy tasks (difficulty <= agent_max_difficulty); the
-simulator learns to write tasks of every difficulty when prompted with a seed
+The agent learns to answer mostly easy tasks (levels weighted by
+agent_level_weights); the simulator learns to write tasks of every difficulty when prompted with a seed
 task. Both minimise the token negative log-likelihood of the target given the
 prompt, with AdamW, on batches drawn from the seed data.
 """
@@ -31,12 +31,22 @@ class SupervisedData(NamedTuple):
 
 
 def agent_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
-               max_difficulty: int) -> SupervisedData:
-  """Agent prompts and reference answers of the seed tasks up to max_difficulty."""
-  rows = rows[difficulty <= max_difficulty]
-  if not len(rows):
-    raise ValueError(f"config.warmstart.agent_max_difficulty={max_difficulty} "
-                     "selects no seed task.")
+               level_weights, rng: np.random.Generator,
+               size: int) -> SupervisedData:
+  """Agent prompts and reference answers of seed tasks, drawn by level.
+
+  level_weights[d - 1] is the relative share of level-d tasks (0 leaves a
+  level out), so the agent can be taught mostly easy tasks and few hard ones.
+  """
+  weights = np.zeros(domain.max_difficulty)
+  given = np.asarray(level_weights, float)[:domain.max_difficulty]
+  weights[:len(given)] = given
+  if weights.min() < 0 or weights.sum() <= 0:
+    raise ValueError(f"config.warmstart.agent_level_weights={level_weights} "
+                     "must be non-negative with a positive sum.")
+  per_row = weights[difficulty - 1]
+  chosen = rng.choice(len(rows), size, p=per_row / per_row.sum())
+  rows = rows[chosen]
   parsed = jax.jit(domain.parse)(rows, rows != domain.pad_id)
   if not bool(np.all(parsed.valid)):
     raise ValueError("Seed data holds tasks the domain's parser rejects.")
@@ -112,15 +122,17 @@ def warmstart(config, domain: TaskDomain, agent_model: ModelConfig,
   ws = config.warmstart
   common = dict(batch_size=ws.batch_size, learning_rate=ws.learning_rate,
                 mesh=mesh, rules=rules)
+  rng = np.random.default_rng(config.seed + 1)
+  num_examples = max(max(ws.agent_steps, ws.env_steps) * ws.batch_size, 1)
   agent_params, agent_losses = train_supervised(
       agent_model, agent_params,
-      agent_data(domain, rows, difficulty, ws.agent_max_difficulty),
+      agent_data(domain, rows, difficulty, ws.agent_level_weights, rng,
+                 num_examples),
       steps=ws.agent_steps, seed=config.seed, **common)
-  env_rng = np.random.default_rng(config.seed + 1)
   env_params, env_losses = train_supervised(
       env_model, env_params,
-      env_data(domain, rows, difficulty, env_rng,
-               max(ws.env_steps * ws.batch_size, 1), ws.env_difficulty_step),
+      env_data(domain, rows, difficulty, rng, num_examples,
+               ws.env_difficulty_step),
       steps=ws.env_steps, seed=config.seed + 2, **common)
   metrics = {}
   if agent_losses:
