@@ -85,7 +85,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       band=0.1,
       rwr_temperature=1.0,
       reward="alpha",        # "alpha" | "uncertainty" | "learnability"
-      per_seed=False,        # p̂ per task (G attempts) or pooled per seed
+      per_seed=True,         # p̂ pooled over a seed's m variations (m·G attempts, the
+                             # paper's per-batch count) rather than per task (G)
       success_threshold=1.0,
   ))
 

@@ -7,4 +7,5 @@ ensure_venv requirements-test.txt
 cd "$ROOT"
 export XLA_FLAGS="--xla_force_host_platform_device_count=8 ${XLA_FLAGS:-}"
 export JAX_PLATFORMS=cpu
-exec "$VENV/bin/python" -m pytest -q tests "$@"
+# sys-level capture, so that a fatal message from XLA's C++ side reaches the log.
+exec "$VENV/bin/python" -m pytest -q --capture=sys tests "$@"

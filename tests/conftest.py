@@ -5,9 +5,16 @@ import os
 import sys
 import tempfile
 
-_FLAG = "--xla_force_host_platform_device_count=8"
-if _FLAG not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = f"{_FLAG} {os.environ.get('XLA_FLAGS', '')}"
+# 8 fake CPU devices. Their collectives rendezvous across threads; on a busy
+# 2-core machine a thread can wait long, so XLA's default deadline (after which
+# it aborts the process) is lifted well above any test's duration.
+_FLAGS = ("--xla_force_host_platform_device_count=8",
+          "--xla_cpu_collective_call_warn_stuck_timeout_seconds=300",
+          "--xla_cpu_collective_call_terminate_timeout_seconds=1800",
+          "--xla_cpu_collective_timeout_seconds=1800")
+for _flag in _FLAGS:
+  if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{_flag} {os.environ.get('XLA_FLAGS', '')}"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

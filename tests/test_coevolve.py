@@ -98,6 +98,7 @@ def _scripted_env_training(alpha, steps):
   config = _smoke_config()
   config.task.max_digits = 3
   config.curriculum.alpha = alpha
+  config.curriculum.per_seed = False  # p̂ per task: the scripted success is per level
   config.coevolve.update(num_seeds=16, variations=4, attempts=10)
   config.env.learning_rate = 3e-3
   config.env.model_overrides.update(hidden_size=64, intermediate_size=128)
