@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need into .venv, then runs pytest on an 8-device CPU mesh.
-# Extra arguments pass through to pytest, e.g. ./launch/test.sh -k sampling -x
+# Extra arguments pass through to pytest, e.g. ./launch/test.sh -k sampling -x, or
+# ./launch/test.sh tests/test_train.py (pytest.ini makes tests/ the default).
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 ensure_venv requirements-test.txt
 "$VENV/bin/python" -c "import bfcl_eval" 2>/dev/null || "$VENV/bin/pip" install -q --no-deps bfcl-eval==2026.3.23
@@ -8,4 +9,4 @@ cd "$ROOT"
 export XLA_FLAGS="--xla_force_host_platform_device_count=8 ${XLA_FLAGS:-}"
 export JAX_PLATFORMS=cpu
 # sys-level capture, so that a fatal message from XLA's C++ side reaches the log.
-exec "$VENV/bin/python" -m pytest -q --capture=sys tests "$@"
+exec "$VENV/bin/python" -m pytest -q --capture=sys "$@"

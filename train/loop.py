@@ -164,10 +164,13 @@ def train_and_evaluate(config, workdir: str) -> dict:
         first_profile=config.profile_first_step, every_secs=None))
   logging.info("Stage 2: co-evolution, steps %d..%d.", first + 1, num_steps)
   for step in range(first + 1, num_steps + 1):
+    log_now = step % config.log_every == 0 or step == num_steps
+    if log_now:  # time this step alone, not the steps still queued before it
+      jax.block_until_ready(state)
     with jax.profiler.StepTraceAnnotation("coevolve", step_num=step):
       tick = time.perf_counter()
       state, metrics = step_fn.fn(state)
-      if step % config.log_every == 0 or step == num_steps:
+      if log_now:
         metrics = jax.device_get(metrics)
         metrics["perf/step_time_s"] = time.perf_counter() - tick
         metrics["perf/compiles"] = step_fn.trace_count()
