@@ -22,6 +22,7 @@ import optax
 import orbax.checkpoint as ocp
 
 from genenv_jax import coevolve
+from genenv_jax import dispatch
 from genenv_jax import pool as pool_lib
 from genenv_jax import sharding
 from genenv_jax.tasks import get_domain
@@ -163,6 +164,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
         num_profile_steps=3, logdir=workdir,
         first_profile=config.profile_first_step, every_secs=None))
   logging.info("Stage 2: co-evolution, steps %d..%d.", first + 1, num_steps)
+  window = dispatch.DispatchWindow()
   for step in range(first + 1, num_steps + 1):
     log_now = step % config.log_every == 0 or step == num_steps
     if log_now:  # time this step alone, not the steps still queued before it
@@ -170,6 +172,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     with jax.profiler.StepTraceAnnotation("coevolve", step_num=step):
       tick = time.perf_counter()
       state, metrics = step_fn.fn(state)
+      window.push(metrics)
       if log_now:
         metrics = jax.device_get(metrics)
         metrics["perf/step_time_s"] = time.perf_counter() - tick

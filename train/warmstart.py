@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from genenv_jax import dispatch
 from genenv_jax import policy
 from genenv_jax import sharding
 from genenv_jax.tasks.base import TaskDomain
@@ -107,11 +108,13 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
   rng = np.random.default_rng(seed)
   n = len(data.prompt)
   loss_history = []
+  window = dispatch.DispatchWindow()
   for _ in range(steps):
     idx = rng.integers(0, n, batch_size)
     batch = sharding.shard_batch(tuple(x[idx] for x in data), mesh, rules)
     params, opt_state, loss = update(params, opt_state, batch)
     loss_history.append(loss)
+    window.push(loss)
   return params, [float(x) for x in jax.device_get(loss_history)]
 
 
