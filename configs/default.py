@@ -45,6 +45,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   def player(learning_rate):
     return ml_collections.ConfigDict(dict(
         model="demo",        # a models.config preset; vocab comes from the task
+        hf_dir="",           # or an HF checkpoint directory (its config and weights)
         model_overrides=ml_collections.ConfigDict(),
         learning_rate=learning_rate,
         weight_decay=0.0,

@@ -16,10 +16,12 @@ import time
 from absl import logging
 from clu import metric_writers
 from clu import periodic_actions
+import flax.linen as nn
 import jax
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers
 
 from genenv_jax import coevolve
 from genenv_jax import dispatch
@@ -27,11 +29,13 @@ from genenv_jax import pool as pool_lib
 from genenv_jax import sharding
 from genenv_jax.tasks import get_domain
 from models import decoder
+from models import hf
 from models.config import get_preset
 from train import datasets
 from train import heldout
 from train import metrics_log
 from train import run_report
+from train import text_datasets
 from train import warmstart
 
 
@@ -43,9 +47,24 @@ def _optimizer(player_cfg) -> optax.GradientTransformation:
 
 
 def build_players(config, domain) -> coevolve.Players:
-  """Model configs (vocabulary from the domain) and optimisers of both players."""
+  """Model configs and optimisers of both players.
+
+  A player whose config names an `hf_dir` takes its architecture from that HF
+  directory's config.json (model_overrides may only change how it computes:
+  dtypes, remat, scan); otherwise it is the `model` preset with the domain's
+  vocabulary.
+  """
   def model(player_cfg):
     overrides = dict(player_cfg.model_overrides)
+    hf_dir = player_cfg.get("hf_dir", "")
+    if hf_dir:
+      model_config = hf.config_from_hf(hf.read_hf_config(hf_dir)).replace(
+          **overrides)
+      if model_config.vocab_size < domain.vocab_size:
+        raise ValueError(
+            f"{hf_dir}: the model's vocab_size {model_config.vocab_size} is "
+            f"smaller than the task domain's {domain.vocab_size}.")
+      return model_config
     overrides.setdefault("vocab_size", domain.vocab_size)
     return get_preset(player_cfg.model, **overrides)
   return coevolve.Players(agent_model=model(config.agent),
@@ -54,10 +73,19 @@ def build_players(config, domain) -> coevolve.Players:
                           env_opt=_optimizer(config.env))
 
 
-def _init_params(model_config, key, mesh, rules):
-  params, _ = sharding.sharded_init(
-      functools.partial(decoder.init_boxed, model_config), mesh, rules, key)
-  return params
+def _init_params(model_config, key, mesh, rules, hf_dir: str = ""):
+  """A player's parameters laid out per `rules`: random from `key`, or the
+  weights of the HF directory `hf_dir` when given."""
+  init = functools.partial(decoder.init_boxed, model_config)
+  if not hf_dir:
+    params, _ = sharding.sharded_init(init, mesh, rules, key)
+    return params
+  weights, _ = hf.load_hf_params(hf_dir, model_config)
+  shardings = nn.unbox(sharding.shardings_from_boxed(
+      jax.eval_shape(init, key), mesh, rules))
+  return jax.tree.map(
+      lambda w, s: jax.make_array_from_callback(w.shape, s, lambda i: w[i]),
+      weights, shardings)
 
 
 def create_state(config, domain, players, agent_params, env_params,
@@ -94,10 +122,41 @@ def create_state(config, domain, players, agent_params, env_params,
 
 
 def _checkpoint_manager(workdir, config):
+  """Keeps the latest `config.max_checkpoints` steps, and step 0 (the
+  warm-started players) for good: stage 2 can be rerun from it with other
+  settings, and `train.agent_probe` trains the agent alone from it."""
+  keep = checkpoint_managers.AnyPreservationPolicy([
+      checkpoint_managers.LatestN(config.max_checkpoints),
+      checkpoint_managers.CustomSteps([0])])
   return ocp.CheckpointManager(
       os.path.join(os.path.abspath(workdir), "checkpoints"),
-      options=ocp.CheckpointManagerOptions(
-          max_to_keep=config.max_checkpoints, create=True))
+      options=ocp.CheckpointManagerOptions(preservation_policy=keep,
+                                           create=True))
+
+
+def _seed_data(config, domain, workdir: str) -> tuple[dict, dict]:
+  """The seed data's train and test splits as {"task": int32[n, task_len]
+  written-task rows, "difficulty": int32[n]}, through the domain's
+  tensorflow-datasets builder (in config.data.tfds_dir, else <workdir>/tfds)."""
+  data_dir = config.data.tfds_dir or os.path.join(workdir, "tfds")
+  if config.task.name == "text":
+    splits = text_datasets.load_seed_rows(config, domain, data_dir)
+    for name, split in splits.items():
+      if not len(split.rows):
+        raise ValueError(
+            f"config.data.source_dir={config.data.source_dir!r}: no {name} "
+            f"record fits the text domain's widths ({split.num_dropped} "
+            "dropped).")
+      if split.num_dropped:
+        logging.warning("Seed data: %d %s records dropped (too long for the "
+                        "domain's widths or not parseable).",
+                        split.num_dropped, name)
+    return tuple({"task": splits[name].rows,
+                  "difficulty": splits[name].difficulty}
+                 for name in ("train", "test"))
+  builder_config = datasets.builder_config_from(config)
+  return (datasets.load_split(builder_config, "train", data_dir),
+          datasets.load_split(builder_config, "test", data_dir))
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
@@ -111,10 +170,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config.to_json_best_effort(indent=2))
 
-  data_dir = config.data.tfds_dir or os.path.join(workdir, "tfds")
-  builder_config = datasets.builder_config_from(config)
-  train = datasets.load_split(builder_config, "train", data_dir)
-  test = datasets.load_split(builder_config, "test", data_dir)
+  train, test = _seed_data(config, domain, workdir)
   easy = np.flatnonzero(train["difficulty"] <= config.pool.base_max_difficulty)
   base = np.random.default_rng(config.data.seed).permutation(easy)[
       :config.pool.num_base]
@@ -129,8 +185,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
   ckpt = _checkpoint_manager(workdir, config)
 
   agent_key, env_key = jax.random.split(jax.random.PRNGKey(config.seed))
-  agent_params = _init_params(players.agent_model, agent_key, mesh, rules)
-  env_params = _init_params(players.env_model, env_key, mesh, rules)
+  agent_params = _init_params(players.agent_model, agent_key, mesh, rules,
+                              config.agent.get("hf_dir", ""))
+  env_params = _init_params(players.env_model, env_key, mesh, rules,
+                            config.env.get("hf_dir", ""))
   latest = ckpt.latest_step()
   if latest is None:
     logging.info("Stage 1: warm-starting both players.")

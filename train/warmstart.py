@@ -127,16 +127,19 @@ def warmstart(config, domain: TaskDomain, agent_model: ModelConfig,
                 mesh=mesh, rules=rules)
   rng = np.random.default_rng(config.seed + 1)
   num_examples = max(max(ws.agent_steps, ws.env_steps) * ws.batch_size, 1)
-  agent_params, agent_losses = train_supervised(
-      agent_model, agent_params,
-      agent_data(domain, rows, difficulty, ws.agent_level_weights, rng,
-                 num_examples),
-      steps=ws.agent_steps, seed=config.seed, **common)
-  env_params, env_losses = train_supervised(
-      env_model, env_params,
-      env_data(domain, rows, difficulty, rng, num_examples,
-               ws.env_difficulty_step),
-      steps=ws.env_steps, seed=config.seed + 2, **common)
+  agent_losses = env_losses = []
+  if ws.agent_steps > 0:
+    agent_params, agent_losses = train_supervised(
+        agent_model, agent_params,
+        agent_data(domain, rows, difficulty, ws.agent_level_weights, rng,
+                   num_examples),
+        steps=ws.agent_steps, seed=config.seed, **common)
+  if ws.env_steps > 0:
+    env_params, env_losses = train_supervised(
+        env_model, env_params,
+        env_data(domain, rows, difficulty, rng, num_examples,
+                 ws.env_difficulty_step),
+        steps=ws.env_steps, seed=config.seed + 2, **common)
   metrics = {}
   if agent_losses:
     metrics["warmstart/agent_loss"] = float(np.mean(agent_losses[-20:]))

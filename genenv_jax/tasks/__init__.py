@@ -10,9 +10,11 @@ from typing import Any, Callable
 
 from genenv_jax.tasks.arithmetic import ArithmeticDomain
 from genenv_jax.tasks.base import ParsedTasks, TaskDomain
+from genenv_jax.tasks.text import TextDomain
 
 DOMAINS: dict[str, Callable[[Any], TaskDomain]] = {
     "arithmetic": ArithmeticDomain.from_config,
+    "text": TextDomain.from_config,
 }
 
 
@@ -25,4 +27,5 @@ def get_domain(config: Any) -> TaskDomain:
   return DOMAINS[config.name](config)
 
 
-__all__ = ["DOMAINS", "ArithmeticDomain", "ParsedTasks", "TaskDomain", "get_domain"]
+__all__ = ["DOMAINS", "ArithmeticDomain", "ParsedTasks", "TaskDomain", "TextDomain",
+           "get_domain"]

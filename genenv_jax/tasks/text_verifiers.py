@@ -1,0 +1,440 @@
+"""Verifiers of the text domain: how an agent's response is scored against a reference.
+
+Every verifier sees the agent's response tokens only (never its prompt) and the
+reference answer the simulator wrote. A response counts up to its first EOS; a
+response without an EOS inside its mask was cut off and scores 0, as does any
+response to a task whose reference is empty.
+
+In-graph verifiers (pure JAX, fixed shapes) compare *normalised token spans*: each
+token is mapped to a canonical id shared by all tokens whose text is the same after
+stripping surrounding whitespace and lower-casing, and whitespace-only tokens are
+dropped. (Normalisation is per token: a word the tokenizer splits differently in
+the two texts does not match.)
+
+  exact     1.0 iff the normalised response equals the normalised reference.
+  f1        token-F1 of the normalised spans as bags of tokens (SQuAD-style, on
+            token ids): 2PR / (P + R) with P = common / response length, R =
+            common / reference length.
+
+Host verifiers decode both spans with the tokenizer and score the text in Python,
+called from inside the jitted step through `jax.pure_callback`. They return a
+float32[M] of fixed shape whatever the tokens are, and score 0 for anything they
+cannot read (a scorer exception is a 0, never a crash).
+
+  tool_call `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks: the
+            response's calls equal the reference's as a multiset (order-free), names
+            exactly and arguments after `scoring.apibank.canonical` (whitespace and
+            case of strings, numeric strings as numbers).
+  boxed     the content of the response's last `\\boxed{...}` equals the reference's
+            last boxed content (or the whole reference when it has none), both
+            without whitespace and surrounding `$`.
+  bfcl      BFCL's AST rules (`scoring.bfcl.check_calls`): the reference is JSON
+            `{"function": [schemas], "ground_truth": [{name: {param: [acceptable]}}]}`;
+            the response is decoded by `scoring.bfcl.decode_calls` (Python calls,
+            JSON or `<tool_call>` blocks); category "parallel" when the ground truth
+            has several calls, else "simple".
+
+A host verifier also says whether a reference is checkable at all (`reference_ok`):
+the text domain marks generated tasks whose reference fails it invalid.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from genenv_jax.scoring import apibank
+from genenv_jax.scoring import bfcl
+
+IN_GRAPH_VERIFIERS = ("exact", "f1")
+HOST_VERIFIERS = ("tool_call", "boxed", "bfcl")
+VERIFIERS = IN_GRAPH_VERIFIERS + HOST_VERIFIERS
+
+_REPLACEMENT_CHAR = "\ufffd"  # what a token holding part of a UTF-8 character decodes to
+_BOXED = "\\boxed{"
+_WHITESPACE = re.compile(r"\s+")
+
+
+# ------------------------------------------------------------------ token tables
+
+
+class TokenTables(NamedTuple):
+  """Per-token facts of a tokenizer's vocabulary (V = len(tokenizer)).
+
+  Attributes:
+    plain: bool[V] the token is ordinary text (not a special token such as an EOS
+      or a chat-template marker).
+    blank: bool[V] a plain token whose text is whitespace only.
+    unspaced: int32[V] the id of the token's text without its leading spaces when
+      the vocabulary has such a token, else the token itself (the first token of a
+      span written after `Task: ` becomes the token it would be at a line start).
+    canonical: int32[V] the smallest id whose text, stripped and lower-cased, is the
+      same as this token's; tokens holding partial UTF-8 characters map to
+      themselves.
+  """
+
+  plain: np.ndarray
+  blank: np.ndarray
+  unspaced: np.ndarray
+  canonical: np.ndarray
+
+
+def special_token_ids(tokenizer: Any) -> set[int]:
+  """Ids of the tokenizer's special tokens (named ones and added ones marked special)."""
+  ids = {int(i) for i in tokenizer.all_special_ids}
+  added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+  ids.update(int(i) for i, token in added.items() if getattr(token, "special", False))
+  return ids
+
+
+def token_texts(tokenizer: Any) -> list[str]:
+  """The text of every single token id 0..len(tokenizer)-1, special tokens included."""
+  ids = [[i] for i in range(len(tokenizer))]
+  backend = getattr(tokenizer, "backend_tokenizer", None)
+  if backend is not None:
+    return backend.decode_batch(ids, skip_special_tokens=False)
+  return tokenizer.batch_decode(ids, skip_special_tokens=False)
+
+
+def token_tables(tokenizer: Any) -> TokenTables:
+  """The `TokenTables` of an HF tokenizer."""
+  texts = token_texts(tokenizer)
+  size = len(texts)
+  special = special_token_ids(tokenizer)
+  plain = np.array([i not in special for i in range(size)], bool)
+  blank = plain & np.array([not text.strip() for text in texts], bool)
+  by_text: dict[str, int] = {}
+  by_key: dict[str, int] = {}
+  canonical = np.arange(size, dtype=np.int32)
+  for i, text in enumerate(texts):
+    if not plain[i] or _REPLACEMENT_CHAR in text:
+      continue
+    by_text.setdefault(text, i)
+    canonical[i] = by_key.setdefault(text.strip().lower(), i)
+  unspaced = np.arange(size, dtype=np.int32)
+  for i, text in enumerate(texts):
+    stripped = text.lstrip(" ")
+    if plain[i] and stripped and stripped != text:
+      unspaced[i] = by_text.get(stripped, i)
+  return TokenTables(plain=plain, blank=blank, unspaced=unspaced, canonical=canonical)
+
+
+def lookup(table: np.ndarray, tokens: jax.Array, default: Any) -> jax.Array:
+  """table[tokens] for token ids int32[...], `default` for ids outside the table."""
+  inside = (tokens >= 0) & (tokens < table.shape[0])
+  values = jnp.asarray(table)[jnp.clip(tokens, 0, table.shape[0] - 1)]
+  return jnp.where(inside, values, default)
+
+
+# ------------------------------------------------------------ in-graph verifiers
+
+
+def _answer_region(response: jax.Array, response_mask: jax.Array,
+                   eos_id: int) -> tuple[jax.Array, jax.Array]:
+  """(finished bool[M], before_eos bool[M, R]): whether an EOS lies inside the
+  mask, and the positions before the first such EOS."""
+  is_eos = (response == eos_id) & response_mask
+  finished = is_eos.any(axis=1)
+  eos_pos = jnp.where(finished, jnp.argmax(is_eos, axis=1), response.shape[1])
+  before_eos = jnp.arange(response.shape[1])[None, :] < eos_pos[:, None]
+  return finished, before_eos & response_mask
+
+
+def normalized_span(tokens: jax.Array, keep: jax.Array,
+                    tables: TokenTables) -> tuple[jax.Array, jax.Array]:
+  """Canonical ids of the kept non-blank tokens, moved to the front of each row.
+
+  Args:
+    tokens: int32[M, W].
+    keep: bool[M, W] which positions belong to the span.
+    tables: the tokenizer's TokenTables.
+
+  Returns:
+    (ids int32[M, W] with -1 after the span, lengths int32[M]).
+  """
+  keep = keep & ~lookup(tables.blank, tokens, False)
+  ids = lookup(tables.canonical, tokens, tokens)
+  order = jnp.argsort(~keep, axis=1, stable=True)
+  lengths = keep.sum(axis=1).astype(jnp.int32)
+  packed = jnp.take_along_axis(ids, order, axis=1)
+  inside = jnp.arange(tokens.shape[1])[None, :] < lengths[:, None]
+  return jnp.where(inside, packed, -1), lengths
+
+
+def _spans(response, response_mask, reference, reference_mask, eos_id, tables):
+  response = jnp.asarray(response, jnp.int32)
+  reference = jnp.asarray(reference, jnp.int32)
+  finished, answer = _answer_region(response, jnp.asarray(response_mask, bool), eos_id)
+  reference_keep = jnp.asarray(reference_mask, bool) & (reference != eos_id)
+  got, got_len = normalized_span(response, answer, tables)
+  want, want_len = normalized_span(reference, reference_keep, tables)
+  return finished & (want_len > 0), got, got_len, want, want_len
+
+
+def exact_match(response: jax.Array, response_mask: jax.Array, reference: jax.Array,
+                reference_mask: jax.Array, eos_id: int, tables: TokenTables) -> jax.Array:
+  """1.0 where the normalised response span equals the normalised reference span.
+
+  Args:
+    response: int32[M, R]; response_mask: bool[M, R].
+    reference: int32[M, R'] (its EOS is ignored); reference_mask: bool[M, R'].
+    eos_id: the token that ends a response.
+    tables: the tokenizer's TokenTables.
+
+  Returns:
+    float32[M] in {0, 1}.
+  """
+  scorable, got, got_len, want, want_len = _spans(
+      response, response_mask, reference, reference_mask, eos_id, tables)
+  width = max(got.shape[1], want.shape[1])
+  got = jnp.pad(got, ((0, 0), (0, width - got.shape[1])), constant_values=-1)
+  want = jnp.pad(want, ((0, 0), (0, width - want.shape[1])), constant_values=-1)
+  same = (got_len == want_len) & jnp.all(got == want, axis=1)
+  return (scorable & same).astype(jnp.float32)
+
+
+def token_f1(response: jax.Array, response_mask: jax.Array, reference: jax.Array,
+             reference_mask: jax.Array, eos_id: int, tables: TokenTables) -> jax.Array:
+  """Token-F1 of the normalised response and reference spans (bags of token ids).
+
+  Common tokens are counted with multiplicity: the i-th occurrence of a token in the
+  response is common when the reference holds that token at least i times.
+
+  Args: as `exact_match`.
+
+  Returns:
+    float32[M] in [0, 1]; 0 when either span is empty.
+  """
+  scorable, got, got_len, want, want_len = _spans(
+      response, response_mask, reference, reference_mask, eos_id, tables)
+  real = got >= 0
+  equal_in_response = (got[:, :, None] == got[:, None, :]) & real[:, None, :]
+  earlier = jnp.tril(jnp.ones((got.shape[1], got.shape[1]), bool), k=-1)
+  occurrence = jnp.sum(equal_in_response & earlier[None], axis=2)
+  in_reference = jnp.sum((got[:, :, None] == want[:, None, :]) & (want >= 0)[:, None, :],
+                         axis=2)
+  common = jnp.sum(real & (occurrence < in_reference), axis=1).astype(jnp.float32)
+  precision = common / jnp.maximum(got_len, 1)
+  recall = common / jnp.maximum(want_len, 1)
+  f1 = 2 * precision * recall / jnp.maximum(precision + recall, 1e-9)
+  return jnp.where(scorable & (got_len > 0), f1, 0.0).astype(jnp.float32)
+
+
+# ----------------------------------------------------------------- host scoring
+
+
+def _tool_calls(text: str) -> list[str]:
+  """The text's `<tool_call>` calls as canonical JSON strings, sorted.
+
+  Raises:
+    bfcl.DecodeError: no `<tool_call>` block, or a block that is not a call.
+  """
+  if "<tool_call>" not in text:
+    raise bfcl.DecodeError("no <tool_call> block")
+  calls = bfcl.decode_calls(text)
+  return sorted(json.dumps([call.name, apibank.canonical(call.args)], sort_keys=True)
+                for call in calls)
+
+
+def tool_call_score(response: str, reference: str) -> float:
+  """1.0 when the response's tool calls equal the reference's (see module doc)."""
+  try:
+    return float(_tool_calls(response) == _tool_calls(reference))
+  except bfcl.DecodeError:
+    return 0.0
+
+
+def tool_call_reference_ok(reference: str) -> bool:
+  try:
+    return bool(_tool_calls(reference))
+  except bfcl.DecodeError:
+    return False
+
+
+def last_boxed(text: str) -> str | None:
+  """The content of the last `\\boxed{...}` (braces balanced), None when there is none
+  or it is not closed."""
+  start = text.rfind(_BOXED)
+  if start < 0:
+    return None
+  depth = 1
+  for index in range(start + len(_BOXED), len(text)):
+    char = text[index]
+    if char == "{":
+      depth += 1
+    elif char == "}":
+      depth -= 1
+      if depth == 0:
+        return text[start + len(_BOXED):index]
+  return None
+
+
+def _normalized_boxed(text: str) -> str:
+  return _WHITESPACE.sub("", text).strip("$")
+
+
+def _boxed_reference(reference: str) -> str | None:
+  if _BOXED in reference:
+    boxed = last_boxed(reference)
+    return None if boxed is None else _normalized_boxed(boxed)
+  return _normalized_boxed(reference)
+
+
+def boxed_score(response: str, reference: str) -> float:
+  """1.0 when the response's last boxed content equals the reference's (see module doc)."""
+  got = last_boxed(response)
+  want = _boxed_reference(reference)
+  if got is None or not want:
+    return 0.0
+  return float(_normalized_boxed(got) == want)
+
+
+def boxed_reference_ok(reference: str) -> bool:
+  return bool(_boxed_reference(reference))
+
+
+def bfcl_entry(reference: str) -> tuple[bfcl.BfclEntry, str]:
+  """The BFCL entry and category a reference text describes.
+
+  Raises:
+    ValueError (json.JSONDecodeError included), KeyError or TypeError: the reference
+    is not `{"function": [...], "ground_truth": [...]}`.
+  """
+  record = json.loads(reference)
+  functions = {schema["name"]: schema for schema in record["function"]}
+  ground_truth = record["ground_truth"]
+  if not isinstance(ground_truth, list) or not ground_truth:
+    raise ValueError("ground_truth must be a non-empty list of calls")
+  category = "parallel" if len(ground_truth) > 1 else "simple"
+  return bfcl.BfclEntry("generated", functions, ground_truth), category
+
+
+def bfcl_score(response: str, reference: str) -> float:
+  """1.0 when the response's calls pass BFCL's AST check against the reference."""
+  try:
+    entry, category = bfcl_entry(reference)
+    return float(bfcl.check_calls(entry, bfcl.decode_calls(response), category) is None)
+  except Exception:  # pylint: disable=broad-except
+    # Malformed references and unreadable responses score 0.
+    return 0.0
+
+
+def bfcl_reference_ok(reference: str) -> bool:
+  """The reference is well formed and solvable: the calls made of each parameter's
+  first acceptable value (leaving out parameters whose first value is "") pass."""
+  try:
+    entry, category = bfcl_entry(reference)
+    calls = []
+    for answer in entry.ground_truth:
+      (name, params), = answer.items()
+      args = {param: values[0] for param, values in params.items()
+              if values[0] != bfcl.OPTIONAL}
+      calls.append(bfcl.Call(name, args))
+    return bfcl.check_calls(entry, calls, category) is None
+  except Exception:  # pylint: disable=broad-except
+    return False
+
+
+class HostVerifier(NamedTuple):
+  """A text scorer run on the host: score(response, reference) in [0, 1] and
+  reference_ok(reference)."""
+
+  score: Callable[[str, str], float]
+  reference_ok: Callable[[str], bool]
+
+
+HOST_SCORERS: dict[str, HostVerifier] = {
+    "tool_call": HostVerifier(tool_call_score, tool_call_reference_ok),
+    "boxed": HostVerifier(boxed_score, boxed_reference_ok),
+    "bfcl": HostVerifier(bfcl_score, bfcl_reference_ok),
+}
+
+
+def content_ids(row: np.ndarray, mask: np.ndarray, eos_id: int,
+                vocab_size: int) -> list[int] | None:
+  """Host-side: the ids of one row before its first EOS inside the mask (ids outside
+  the vocabulary dropped); None when the mask holds no EOS."""
+  row = np.asarray(row)
+  mask = np.asarray(mask, bool)
+  ends = np.flatnonzero((row == eos_id) & mask)
+  if not ends.size:
+    return None
+  ids = row[:ends[0]][mask[:ends[0]]]
+  return [int(i) for i in ids if 0 <= i < vocab_size]
+
+
+def _score_rows(verifier: HostVerifier, decode: Callable[[Sequence[int]], str],
+                eos_id: int, vocab_size: int, response, response_mask, reference,
+                reference_mask) -> np.ndarray:
+  scores = np.zeros(response.shape[0], np.float32)
+  for i in range(response.shape[0]):
+    got = content_ids(response[i], response_mask[i], eos_id, vocab_size)
+    want = content_ids(reference[i], reference_mask[i], eos_id, vocab_size)
+    if got is None or not want:
+      continue
+    try:
+      scores[i] = min(max(float(verifier.score(decode(got), decode(want))), 0.0), 1.0)
+    except Exception:  # pylint: disable=broad-except
+      # A scorer failure on garbage is a 0.
+      scores[i] = 0.0
+  return scores
+
+
+def _check_rows(verifier: HostVerifier, decode: Callable[[Sequence[int]], str],
+                eos_id: int, vocab_size: int, reference, reference_mask) -> np.ndarray:
+  ok = np.zeros(reference.shape[0], bool)
+  for i in range(reference.shape[0]):
+    want = content_ids(reference[i], reference_mask[i], eos_id, vocab_size)
+    if not want:
+      continue
+    try:
+      ok[i] = bool(verifier.reference_ok(decode(want)))
+    except Exception:  # pylint: disable=broad-except
+      ok[i] = False
+  return ok
+
+
+def host_scores(verifier: HostVerifier, decode: Callable[[Sequence[int]], str],
+                eos_id: int, vocab_size: int, response: jax.Array,
+                response_mask: jax.Array, reference: jax.Array,
+                reference_mask: jax.Array) -> jax.Array:
+  """Scores responses with a host verifier, callable inside jit.
+
+  Args:
+    verifier: the HostVerifier.
+    decode: token ids -> text (the tokenizer's decode).
+    eos_id, vocab_size: the end token; ids at or above vocab_size are dropped.
+    response: int32[M, R]; response_mask: bool[M, R].
+    reference: int32[M, R']; reference_mask: bool[M, R'].
+
+  Returns:
+    float32[M] in [0, 1].
+  """
+  def score(*arrays):
+    return _score_rows(verifier, decode, eos_id, vocab_size,
+                       *(np.asarray(a) for a in arrays))
+
+  return jax.pure_callback(
+      score, jax.ShapeDtypeStruct((response.shape[0],), jnp.float32),
+      jnp.asarray(response, jnp.int32), jnp.asarray(response_mask, bool),
+      jnp.asarray(reference, jnp.int32), jnp.asarray(reference_mask, bool),
+      vmap_method="sequential")
+
+
+def host_reference_ok(verifier: HostVerifier, decode: Callable[[Sequence[int]], str],
+                      eos_id: int, vocab_size: int, reference: jax.Array,
+                      reference_mask: jax.Array) -> jax.Array:
+  """bool[M]: which references the host verifier can check, callable inside jit."""
+  def check(*arrays):
+    return _check_rows(verifier, decode, eos_id, vocab_size,
+                       *(np.asarray(a) for a in arrays))
+
+  return jax.pure_callback(
+      check, jax.ShapeDtypeStruct((reference.shape[0],), jnp.bool_),
+      jnp.asarray(reference, jnp.int32), jnp.asarray(reference_mask, bool),
+      vmap_method="sequential")

@@ -1,0 +1,201 @@
+"""Text verifiers on hand-written cases: in-graph exact match and token-F1 on
+token ids, and the host verifiers (tool call, boxed, BFCL) in Python and through
+`jax.pure_callback` inside a jitted function on the 8-device mesh."""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from genenv_jax import sharding
+from genenv_jax.tasks import text_verifiers as tv
+from genenv_jax.tasks.text import TextDomain
+from tests.test_text_domain import make_tokenizer
+
+WIDTH = 12
+
+
+@pytest.fixture(scope="module")
+def domain(tmp_path_factory):
+  tokenizer = make_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+  return TextDomain(tokenizer, max_task_tokens=8, max_answer_tokens=WIDTH - 1,
+                    max_written_tokens=32)
+
+
+def _row(domain, text: str, eos: bool = True, after: str = "") -> tuple[np.ndarray, np.ndarray]:
+  """One answer row: text ids, EOS, optional ids after it, pad; and its mask."""
+  ids = domain.tokenizer(text, add_special_tokens=False)["input_ids"]
+  ids = ids + ([domain.eos_id] if eos else [])
+  ids += domain.tokenizer(after, add_special_tokens=False)["input_ids"] if after else []
+  assert len(ids) <= WIDTH, text
+  row = np.full(WIDTH, domain.pad_id, np.int32)
+  row[:len(ids)] = ids
+  return row, np.arange(WIDTH) < len(ids)
+
+
+def _batch(domain, pairs):
+  """(response, response_mask, reference, reference_mask) for (response, reference)
+  texts; a response given as (text, eos, after) is built with `_row(...)`."""
+  responses = [_row(domain, *(r if isinstance(r, tuple) else (r,))) for r, _ in pairs]
+  references = [_row(domain, ref) for _, ref in pairs]
+  return tuple(np.stack(x) for x in (*zip(*responses), *zip(*references)))
+
+
+def test_exact_match_on_normalised_token_spans(domain):
+  pairs = [
+      ("Paris", "Paris"),
+      (" Paris", "paris"),           # the leading space and case do not matter
+      ("PARIS", "Paris"),
+      ("Paris \n", "Paris"),         # whitespace-only tokens are dropped
+      ("London", "Paris"),
+      ("Paris Paris", "Paris"),
+      (("Paris", False, ""), "Paris"),         # no EOS: cut off
+      (("Paris", True, " Rome"), "Paris"),     # tokens after EOS are ignored
+      ("Paris", " "),                # an empty reference matches nothing
+  ]
+  for word in ("Paris", " Paris", "paris", "PARIS"):  # one token each: a token-level case
+    assert len(domain.tokenizer(word, add_special_tokens=False)["input_ids"]) == 1
+  scores = jax.jit(domain.verify)(*_batch(domain, pairs))
+  assert np.asarray(scores).tolist() == [1, 1, 1, 1, 0, 0, 0, 1, 0]
+
+
+def _python_f1(domain, response: str, reference: str) -> float:
+  """Token-F1 on canonical non-blank ids, written with collections.Counter."""
+  def bag(text):
+    ids = domain.tokenizer(text, add_special_tokens=False)["input_ids"]
+    return collections.Counter(int(domain.tables.canonical[i]) for i in ids
+                               if not domain.tables.blank[i])
+  got, want = bag(response), bag(reference)
+  common = sum((got & want).values())
+  if not common:
+    return 0.0
+  precision, recall = common / sum(got.values()), common / sum(want.values())
+  return 2 * precision * recall / (precision + recall)
+
+
+def test_token_f1(domain):
+  f1 = TextDomain(domain.tokenizer, verifier="f1", max_task_tokens=8,
+                  max_answer_tokens=WIDTH - 1, max_written_tokens=32)
+  paris = domain.tokenizer("Paris", add_special_tokens=False)["input_ids"]
+  assert len(paris) == 1  # so the hand-computed values below are in whole tokens
+  pairs = [("Paris", "Paris"), ("Paris Paris", "Paris"), ("Rome", "Paris"),
+           ("The capital is Paris", "Paris"), ("Paris Rome", "Rome Paris Paris"),
+           ("", "Paris")]
+  scores = np.asarray(jax.jit(f1.verify)(*_batch(f1, pairs)))
+  assert scores[0] == 1.0 and scores[2] == 0.0 and scores[5] == 0.0
+  assert scores[1] == pytest.approx(2 / 3)  # P = 1/2, R = 1
+  for score, (response, reference) in zip(scores, pairs):
+    assert score == pytest.approx(_python_f1(f1, response, reference), abs=1e-6)
+
+
+CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}</tool_call>'
+
+
+@pytest.mark.parametrize("response,score", [
+    (CALL, 1.0),
+    ('Let me check. <tool_call>{"name": "get_weather", "arguments": '
+     '{"days": "3", "city": " paris"}}</tool_call>', 1.0),
+    ('<tool_call>{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\", '
+     '\\"days\\": 3}"}</tool_call>', 1.0),
+    ('<tool_call>{"name": "get_weather", "arguments": {"city": "Rome", "days": 3}}'
+     '</tool_call>', 0.0),
+    ('<tool_call>{"name": "get_time", "arguments": {"city": "Paris", "days": 3}}'
+     '</tool_call>', 0.0),
+    ('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>', 0.0),
+    (CALL + CALL, 0.0),
+    ('{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}', 0.0),
+    ('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}', 0.0),
+    ("<tool_call>not json</tool_call>", 0.0),
+])
+def test_tool_call_match(response, score):
+  assert tv.tool_call_score(response, CALL) == score
+
+
+def test_tool_calls_match_in_any_order():
+  other = '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>'
+  assert tv.tool_call_score(other + CALL, CALL + other) == 1.0
+  assert tv.tool_call_reference_ok(CALL)
+  assert not tv.tool_call_reference_ok("Paris")
+  assert not tv.tool_call_reference_ok("<tool_call>[1, 2]</tool_call>")
+
+
+@pytest.mark.parametrize("response,reference,score", [
+    ("so the answer is \\boxed{12}", "\\boxed{12}", 1.0),
+    ("\\boxed{1} then \\boxed{ 12 }", "12", 1.0),          # the last box counts
+    ("\\boxed{\\frac{1}{2}}", "$\\frac{1}{2}$", 1.0),       # nested braces, $ stripped
+    ("\\boxed{13}", "\\boxed{12}", 0.0),
+    ("12", "12", 0.0),                                     # no box in the response
+    ("\\boxed{12", "12", 0.0),                             # not closed
+    ("\\boxed{12}", "\\boxed{}", 0.0),                     # empty reference box
+])
+def test_boxed_match(response, reference, score):
+  assert tv.boxed_score(response, reference) == score
+
+
+WEATHER = {"name": "get_weather", "description": "Weather forecast.",
+           "parameters": {"type": "dict", "required": ["city"], "properties": {
+               "city": {"type": "string"},
+               "days": {"type": "integer"},
+               "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}}}
+BFCL_REFERENCE = json.dumps({"function": [WEATHER], "ground_truth": [
+    {"get_weather": {"city": ["Paris", "Paris, France"], "days": [3],
+                     "unit": ["celsius", ""]}}]})
+
+
+@pytest.mark.parametrize("response,score", [
+    ("[get_weather(city='Paris', days=3, unit='celsius')]", 1.0),
+    ("get_weather(city='paris, france', days=3)", 1.0),     # "" makes unit optional
+    ('{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}', 1.0),
+    ("[get_weather(city='Paris', days=4)]", 0.0),
+    ("[get_weather(city='Paris', days='3')]", 0.0),         # wrong type
+    ("[get_weather(city='Paris')]", 0.0),                   # days not optional
+    ("[get_weather(city='Paris', days=3, hours=2)]", 0.0),  # unknown parameter
+    ("[get_time(city='Paris', days=3)]", 0.0),
+    ("[get_weather(city='Paris', days=3), get_weather(city='Paris', days=3)]", 0.0),
+    ("get_weather(city=", 0.0),
+])
+def test_bfcl_ast_match(response, score):
+  assert tv.bfcl_score(response, BFCL_REFERENCE) == score
+
+
+def test_bfcl_parallel_calls_and_reference_checks():
+  reference = json.dumps({"function": [WEATHER], "ground_truth": [
+      {"get_weather": {"city": ["Paris"], "days": [1]}},
+      {"get_weather": {"city": ["Rome"], "days": [2]}}]})
+  assert tv.bfcl_score("[get_weather(city='Rome', days=2), get_weather(city='Paris', "
+                       "days=1)]", reference) == 1.0
+  assert tv.bfcl_score("[get_weather(city='Rome', days=2)]", reference) == 0.0
+  assert tv.bfcl_reference_ok(BFCL_REFERENCE) and tv.bfcl_reference_ok(reference)
+  unsolvable = json.dumps({"function": [WEATHER], "ground_truth": [
+      {"get_weather": {"days": [3]}}]})  # misses the required city
+  for bad in (unsolvable, "[get_weather(city='Paris')]", "{}", '{"function": 3}'):
+    assert not tv.bfcl_reference_ok(bad)
+    assert tv.bfcl_score("[get_weather(city='Paris', days=3)]", bad) == 0.0
+
+
+def test_host_verifier_inside_jit_on_the_mesh_and_on_garbage(domain):
+  """Shape-stable scores from sharded inputs; random ids (specials, ids beyond the
+  vocabulary, no EOS) score 0 without an error."""
+  boxed = TextDomain(domain.tokenizer, verifier="boxed", max_task_tokens=8,
+                     max_answer_tokens=WIDTH - 1, max_written_tokens=32)
+  pairs = [("\\boxed{12}", "12"), ("\\boxed{13}", "12"), ("12", "\\boxed{12}"),
+           ("\\boxed{Paris}", "\\boxed{ Paris }")]
+  response, response_mask, reference, reference_mask = _batch(boxed, pairs)
+  rng = np.random.default_rng(0)
+  garbage = rng.integers(0, boxed.vocab_size + 40, (4, WIDTH)).astype(np.int32)
+  response = np.concatenate([response, garbage])
+  response_mask = np.concatenate([response_mask, np.ones((4, WIDTH), bool)])
+  reference = np.concatenate([reference, garbage[::-1]])
+  reference_mask = np.concatenate([reference_mask, np.ones((4, WIDTH), bool)])
+  mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  rules = sharding.DEFAULT_RULES
+  batch = sharding.shard_batch((response, response_mask, reference, reference_mask),
+                               mesh, rules)
+  verify = jax.jit(sharding.in_mesh(mesh, rules)(boxed.verify))
+  scores = np.asarray(verify(*batch))
+  assert scores.shape == (8,) and scores.dtype == np.float32
+  assert scores.tolist() == [1, 0, 0, 1, 0, 0, 0, 0]

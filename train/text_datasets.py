@@ -1,0 +1,319 @@
+"""Seed tasks of the text domain from local JSONL / parquet files, as a tfds builder.
+
+`TextTasksConfig.source_dir` is read once into a prepared tensorflow-datasets
+dataset (`text_tasks`, one config per source: its name digests the fields and the
+files' names, sizes and modification times, BFCL answer files included, so edited
+files are read again). The source directory holds, at its top level:
+
+  *.jsonl / *.json   one JSON object per line (BFCL's `BFCL_v3_<category>.json`
+                     question files are such files)
+  *.parquet          one record per row (read with pyarrow)
+
+Files whose names start with "test" form the `test` split (the held-out set) and
+all others the `train` split (the agent pool's base data); without test files a
+seeded `test_fraction` of the records is held out instead.
+
+Record formats (`format`):
+
+  prompt_answer  a task text in `prompt_field` and its reference answer in
+                 `answer_field` (a string; a list of strings gives its first; any
+                 other JSON value is written as JSON).
+  bfcl           BFCL single-turn lines: `question` (a string, or BFCL's list of turns
+                 of {role, content} messages: the first turn's user messages),
+                 `function` (the JSON schemas) and `ground_truth` (in the line, or in
+                 `possible_answer/<same file name>` matched by `id`). The task text is
+                 the question, the schemas and a request for Python-syntax calls; the
+                 answer is `{"function": ..., "ground_truth": ...}` as compact JSON, what
+                 the text domain's `bfcl` verifier reads.
+
+Features: `id`, `task`, `answer` (text) and `index` (the record's position in its
+split; tfds stores examples in hashed order). `seed_rows` turns a split into the
+domain's written-task rows, dropping tasks that do not fit its widths or that its
+parser rejects; `load_seed_rows` does both splits of a run's config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+from typing import Any, NamedTuple, Sequence
+
+import jax
+import numpy as np
+
+from genenv_jax.scoring import InputError, read_jsonl
+from genenv_jax.tasks.text import TextDomain
+
+FORMATS = ("prompt_answer", "bfcl")
+JSON_SUFFIXES = (".jsonl", ".json")
+PARQUET_SUFFIX = ".parquet"
+TEST_PREFIX = "test"
+BFCL_ANSWER_DIR = "possible_answer"
+PARSE_BATCH = 64
+BFCL_REQUEST = ("Reply with the function call(s) only, as a Python list such as "
+                "[function_name(argument=value)].")
+
+
+class TextRecord(NamedTuple):
+  """One seed task: an id, the task text and its reference answer text."""
+
+  id: str
+  task: str
+  answer: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TextTasksConfig:
+  """Where the seed tasks are and how to read them.
+
+  Attributes:
+    source_dir: directory of JSONL / parquet files.
+    format: one of FORMATS.
+    prompt_field, answer_field: record fields of the task and the answer
+      (prompt_answer format).
+    test_fraction: share of the records held out when there are no test files.
+    seed: seed of the held-out draw.
+  """
+
+  source_dir: str
+  format: str = "prompt_answer"
+  prompt_field: str = "prompt"
+  answer_field: str = "answer"
+  test_fraction: float = 0.1
+  seed: int = 0
+
+  def __post_init__(self):
+    if self.format not in FORMATS:
+      raise ValueError(f"config.data.format={self.format!r}; expected one of {FORMATS}")
+    if not 0.0 <= self.test_fraction < 1.0:
+      raise ValueError(f"config.data.test_fraction={self.test_fraction} must lie in [0, 1)")
+
+  def source_files(self) -> list[str]:
+    """The data files at the top level of source_dir, sorted by name."""
+    if not os.path.isdir(self.source_dir):
+      raise InputError(f"config.data.source_dir={self.source_dir!r} is not a directory")
+    names = sorted(n for n in os.listdir(self.source_dir)
+                   if n.endswith(JSON_SUFFIXES + (PARQUET_SUFFIX,))
+                   and os.path.isfile(os.path.join(self.source_dir, n)))
+    if not names:
+      raise InputError(f"{self.source_dir} holds no {JSON_SUFFIXES + (PARQUET_SUFFIX,)} "
+                       "files")
+    return [os.path.join(self.source_dir, n) for n in names]
+
+  @property
+  def name(self) -> str:
+    """The tfds config name: the format and a digest of the fields and source files."""
+    digest = hashlib.sha1(repr(dataclasses.astuple(self)).encode())
+    for path in self.source_files():
+      answers = os.path.join(self.source_dir, BFCL_ANSWER_DIR, os.path.basename(path))
+      for file in (path, answers) if os.path.isfile(answers) else (path,):
+        stat = os.stat(file)
+        digest.update(f"{os.path.relpath(file, self.source_dir)}:{stat.st_size}:"
+                      f"{stat.st_mtime_ns}".encode())
+    return f"{self.format}_{digest.hexdigest()[:16]}"
+
+
+def _read_records(path: str) -> list[dict[str, Any]]:
+  if path.endswith(PARQUET_SUFFIX):
+    try:
+      import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+    except ImportError as e:
+      raise InputError(f"reading {path} needs pyarrow, which is not installed") from e
+    return pq.read_table(path).to_pylist()
+  return read_jsonl(path)
+
+
+def _answer_text(value: Any) -> str:
+  if isinstance(value, str):
+    return value
+  if isinstance(value, list) and value and isinstance(value[0], str):
+    return value[0]
+  return json.dumps(value)
+
+
+def _question_text(question: Any) -> str:
+  if isinstance(question, str):
+    return question
+  turn = question[0] if question and isinstance(question[0], list) else question
+  return "\n".join(m["content"] for m in turn if m.get("role") == "user")
+
+
+def _bfcl_answers(path: str) -> dict[str, Any]:
+  answers_path = os.path.join(os.path.dirname(path), BFCL_ANSWER_DIR, os.path.basename(path))
+  if not os.path.isfile(answers_path):
+    return {}
+  return {str(r.get("id")): r.get("ground_truth") for r in read_jsonl(answers_path)}
+
+
+def read_source_file(config: TextTasksConfig, path: str) -> list[TextRecord]:
+  """The seed tasks of one file.
+
+  Raises:
+    InputError: an unreadable file, or a record without its fields (the message
+      names the file, the record's position and the field).
+  """
+  records = _read_records(path)
+  answers = _bfcl_answers(path) if config.format == "bfcl" else {}
+  out = []
+  for index, record in enumerate(records):
+    where = f"{path}: record {index}"
+    record_id = str(record.get("id", f"{os.path.basename(path)}:{index}"))
+    if config.format == "prompt_answer":
+      for field in (config.prompt_field, config.answer_field):
+        if record.get(field) in (None, ""):
+          raise InputError(f"{where} has no {field!r} field")
+      task = record[config.prompt_field]
+      if not isinstance(task, str):
+        raise InputError(f"{where}: field {config.prompt_field!r} is not a string")
+      out.append(TextRecord(record_id, task, _answer_text(record[config.answer_field])))
+      continue
+    ground_truth = record.get("ground_truth", answers.get(record_id))
+    for field, value in (("question", record.get("question")),
+                         ("function", record.get("function")),
+                         ("ground_truth", ground_truth)):
+      if not value:
+        raise InputError(f"{where} (id {record_id!r}) has no {field!r}")
+    try:
+      question = _question_text(record["question"])
+    except (AttributeError, KeyError, TypeError) as e:
+      raise InputError(f"{where}: 'question' is neither a string nor BFCL's list of "
+                       "turns of {role, content} messages") from e
+    functions = record["function"]
+    task = (f"{question}\n\nAvailable functions (JSON schemas):\n"
+            f"{json.dumps(functions)}\n\n{BFCL_REQUEST}")
+    answer = json.dumps({"function": functions, "ground_truth": ground_truth},
+                        separators=(",", ":"))
+    out.append(TextRecord(record_id, task, answer))
+  return out
+
+
+def read_splits(config: TextTasksConfig) -> dict[str, list[TextRecord]]:
+  """{"train": records, "test": records} of the source directory (rules in the module doc)."""
+  train: list[TextRecord] = []
+  test: list[TextRecord] = []
+  for path in config.source_files():
+    records = read_source_file(config, path)
+    (test if os.path.basename(path).startswith(TEST_PREFIX) else train).extend(records)
+  if not test:
+    held_out = np.random.default_rng(config.seed).permutation(len(train))[
+        :round(config.test_fraction * len(train))]
+    chosen = set(held_out.tolist())
+    test = [r for i, r in enumerate(train) if i in chosen]
+    train = [r for i, r in enumerate(train) if i not in chosen]
+  return {"train": train, "test": test}
+
+
+@functools.cache
+def text_tasks_builder() -> type:
+  """The `TextTasks` builder class (imports TensorFlow; registered as "text_tasks")."""
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  from etils import epath  # pylint: disable=import-outside-toplevel
+
+  @dataclasses.dataclass(eq=False)
+  class TextTasksBuilderConfig(tfds.core.BuilderConfig):
+    spec: TextTasksConfig | None = None
+
+  class TextTasks(tfds.core.GeneratorBasedBuilder):
+    """Seed text tasks read from a local directory."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    RELEASE_NOTES = {"1.0.0": "train / test splits of local JSONL or parquet tasks."}
+    BUILDER_CONFIGS = []
+
+    # tfds's default lookup of this file needs `importlib_resources`, an optional package.
+    code_path = epath.Path(__file__)
+
+    @classmethod
+    def for_config(cls, spec: TextTasksConfig, **kwargs: Any) -> TextTasks:
+      config = TextTasksBuilderConfig(
+          name=spec.name, description=f"{spec.format} tasks from {spec.source_dir}",
+          spec=spec)
+      return cls(config=config, **kwargs)
+
+    def _info(self) -> tfds.core.DatasetInfo:
+      return self.dataset_info_from_configs(
+          features=tfds.features.FeaturesDict({
+              "index": tfds.features.Scalar(dtype=np.int64),  # position in the split
+              "id": tfds.features.Text(),
+              "task": tfds.features.Text(),
+              "answer": tfds.features.Text(),
+          }))
+
+    def _split_generators(self, dl_manager: tfds.download.DownloadManager):
+      del dl_manager  # the data is local
+      splits = read_splits(self.builder_config.spec)
+      return {name: self._generate_examples(records) for name, records in splits.items()}
+
+    def _generate_examples(self, records: list[TextRecord]):
+      for index, record in enumerate(records):
+        yield index, dict(record._asdict(), index=index)
+
+  return TextTasks
+
+
+def load_split(config: TextTasksConfig, split: str, data_dir: str) -> list[TextRecord]:
+  """Prepares the dataset in `data_dir` if needed and returns one split, in source order."""
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+
+  builder = text_tasks_builder().for_config(config, data_dir=data_dir)
+  tfds.disable_progress_bar()
+  builder.download_and_prepare()
+  if split not in builder.info.splits:
+    raise ValueError(f"split {split!r} not in {builder.name}: {sorted(builder.info.splits)}")
+  if not builder.info.splits[split].num_examples:
+    return []
+  arrays = tfds.as_numpy(builder.as_dataset(split=split, batch_size=-1,
+                                            shuffle_files=False))
+  return [TextRecord(*(arrays[f][i].decode() for f in TextRecord._fields))
+          for i in np.argsort(arrays["index"])]
+
+
+class SeedRows(NamedTuple):
+  """Written-task rows of a split: rows int32[N, task_len], difficulty int32[N], and
+  how many records were dropped (too long for the domain's widths, or rejected by its
+  parser, e.g. a reference its verifier cannot check)."""
+
+  rows: np.ndarray
+  difficulty: np.ndarray
+  num_dropped: int
+
+
+def seed_rows(domain: TextDomain, records: Sequence[TextRecord]) -> SeedRows:
+  """The domain's written-task rows of the records that it accepts, in order."""
+  fitting = [r for r in records
+             if len(domain.written_task_ids(r.task, r.answer)) <= domain.task_len]
+  rows = domain.encode_tasks([r.task for r in fitting], [r.answer for r in fitting])
+  if not len(rows):
+    return SeedRows(rows, np.zeros((0,), np.int32), len(records))
+  # Parsed in batches of a multiple of PARSE_BATCH rows: splits share compilations.
+  padded = np.full((-(-len(rows) // PARSE_BATCH) * PARSE_BATCH, rows.shape[1]),
+                   domain.pad_id, np.int32)
+  padded[:len(rows)] = rows
+  parsed = _jitted_parse(domain)(padded, padded != domain.pad_id)
+  valid = np.asarray(parsed.valid)[:len(rows)]
+  difficulty = np.asarray(parsed.difficulty)[:len(rows)]
+  return SeedRows(rows[valid], difficulty[valid], len(records) - int(valid.sum()))
+
+
+@functools.lru_cache(maxsize=8)
+def _jitted_parse(domain: TextDomain):
+  return jax.jit(domain.parse)
+
+
+def config_from(config: Any) -> TextTasksConfig:
+  """The seed-data config of a run (fields of config.data)."""
+  data = config.data
+  return TextTasksConfig(
+      source_dir=str(data.source_dir), format=str(data.format),
+      prompt_field=str(data.prompt_field), answer_field=str(data.answer_field),
+      test_fraction=float(data.test_fraction), seed=int(data.seed))
+
+
+def load_seed_rows(config: Any, domain: TextDomain, data_dir: str) -> dict[str, SeedRows]:
+  """{"train": base-data rows, "test": held-out rows} of a run's text seed data."""
+  spec = config_from(config)
+  return {split: seed_rows(domain, load_split(spec, split, data_dir))
+          for split in ("train", "test")}
