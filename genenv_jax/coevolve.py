@@ -62,7 +62,8 @@ class Players:
   env_opt: optax.GradientTransformation
 
 
-class _AgentBatch(NamedTuple):
+class AgentBatch(NamedTuple):
+  """One GRPO batch of N attempts."""
   prompt: jax.Array       # int32[N, P]
   prompt_mask: jax.Array  # bool[N, P]
   response: jax.Array     # int32[N, R]
@@ -81,8 +82,34 @@ def _masked_mean(x, mask):
   return jnp.sum(x * mask) / jnp.maximum(mask.sum(), 1.0)
 
 
-def _agent_update(config, players: Players, agent: PlayerState,
-                  batch: _AgentBatch, rng):
+def grpo_batch(config, players: Players, agent: PlayerState,
+               tasks: ParsedTasks, agent_out, rewards: jax.Array) -> AgentBatch:
+  """The GRPO batch for T tasks' G attempts each.
+
+  Args:
+    tasks: ParsedTasks of the T tasks attempted (invalid ones are masked out).
+    agent_out: the sampler's SampleOutput for the N = T·G attempts, grouped by
+      task; its log-probs are the behaviour policy's (same params, same
+      temperature), so only the reference needs a forward pass.
+    rewards: f32[T, G] the verifier's reward per attempt.
+  """
+  attempts = rewards.shape[1]
+  repeat = lambda x: jnp.repeat(x, attempts, axis=0)
+  advantages = losses.group_advantages(
+      rewards.reshape(-1), attempts, config.grpo.normalize_std,
+      valid=tasks.valid)
+  response_mask = agent_out.mask & repeat(tasks.valid)[:, None]
+  prompt, prompt_mask = repeat(tasks.prompt), repeat(tasks.prompt_mask)
+  ref_logp = jax.lax.stop_gradient(policy.response_logprobs(
+      players.agent_model, agent.ref_params, prompt, prompt_mask,
+      agent_out.tokens, response_mask, config.coevolve.agent_temperature).logp)
+  old_logp = jnp.where(response_mask, agent_out.logprobs, 0.0)
+  return AgentBatch(prompt, prompt_mask, agent_out.tokens, response_mask,
+                    old_logp, ref_logp, advantages)
+
+
+def agent_update(config, players: Players, agent: PlayerState,
+                 batch: AgentBatch, rng):
   """GRPO epochs x minibatches over one batch of attempts."""
   cc = config.coevolve
   n = batch.response.shape[0]
@@ -92,7 +119,7 @@ def _agent_update(config, players: Players, agent: PlayerState,
                      f"the {n} agent attempts per step.")
   temperature = cc.agent_temperature
 
-  def loss_fn(params, mb: _AgentBatch):
+  def loss_fn(params, mb: AgentBatch):
     scores = policy.response_logprobs(players.agent_model, params, mb.prompt,
                                       mb.prompt_mask, mb.response, mb.mask,
                                       temperature)
@@ -238,21 +265,9 @@ def make_step(config, domain: TaskDomain, players: Players
 
     # 6. Agent: GRPO on every valid task's attempts.
     attempt_valid = repeat(tasks.valid)
-    advantages = losses.group_advantages(
-        rewards.reshape(-1), attempts, config.grpo.normalize_std,
-        valid=tasks.valid)
-    response_mask = agent_out.mask & attempt_valid[:, None]
-    prompt, prompt_mask = repeat(tasks.prompt), repeat(tasks.prompt_mask)
-    # The sampler's log-probs are the behaviour policy's (same params, same
-    # temperature); only the reference needs a forward pass.
-    ref_logp = jax.lax.stop_gradient(policy.response_logprobs(
-        players.agent_model, state.agent.ref_params, prompt, prompt_mask,
-        agent_out.tokens, response_mask, cc.agent_temperature).logp)
-    old_logp = jnp.where(response_mask, agent_out.logprobs, 0.0)
-    batch = _AgentBatch(prompt, prompt_mask, agent_out.tokens, response_mask,
-                        old_logp, ref_logp, advantages)
-    agent, agent_metrics = _agent_update(config, players, state.agent, batch,
-                                         update_key)
+    batch = grpo_batch(config, players, state.agent, tasks, agent_out, rewards)
+    agent, agent_metrics = agent_update(config, players, state.agent, batch,
+                                        update_key)
 
     # 7. Simulator update, from its own and its initial model's log-probs.
     gen_prompt = jnp.repeat(env_prompt, variations, axis=0)

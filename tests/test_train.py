@@ -6,6 +6,7 @@ import os
 import pytest
 
 from configs import default
+from train import agent_probe
 from train import loop
 from train import metrics_log
 
@@ -76,3 +77,30 @@ def test_stopped_and_resumed_run_gives_the_same_metrics(uninterrupted,
   resumed.data.tfds_dir = config.data.tfds_dir
   loop.train_and_evaluate(resumed, str(tmp_path))
   assert _computed(_read(str(tmp_path))) == _computed(_read(workdir))
+
+
+def test_warm_start_checkpoint_is_kept_beside_the_latest(uninterrupted):
+  config, workdir, _ = uninterrupted
+  steps = sorted(int(s) for s in os.listdir(os.path.join(workdir,
+                                                         "checkpoints")))
+  assert steps[0] == 0
+  assert steps[-1] == config.coevolve.num_steps
+  assert len(steps) == config.max_checkpoints + 1
+
+
+@pytest.mark.parametrize("method", ["grpo", "sft"])
+def test_agent_probe_starts_from_the_warm_started_agent(uninterrupted, method):
+  config, workdir, _ = uninterrupted
+  probe_config = default.get_config("smoke")
+  probe_config.data.tfds_dir = config.data.tfds_dir
+  records = agent_probe.run(probe_config, workdir, method, [1, 2], steps=2,
+                            learning_rate=None, tasks_per_step=8,
+                            eval_every=1)
+  warm = next(r for r in _read(workdir) if r["step"] == 0)
+  assert records[0]["step"] == 0
+  assert records[0]["eval/accuracy"] == pytest.approx(warm["eval/accuracy"],
+                                                      abs=1e-4)
+  assert [r["step"] for r in records] == ([0, 1, 2] if method == "grpo"
+                                          else [0, 2])
+  key = "train_reward" if method == "grpo" else "loss"
+  assert all(0.0 <= r[key] < 1e3 for r in records[1:])

@@ -1,0 +1,161 @@
+"""Trains the agent alone from a run's warm-started players, to measure how
+fast it can learn at all, apart from what the simulator gives it.
+
+  python -m train.agent_probe --config=configs/default.py --workdir=runs/default \
+      --method=grpo --levels=2 --steps=100 --learning_rate=1e-4
+
+Reads the step-0 checkpoint (the players after stage 1) and the seed data of
+`--workdir`, then runs `--steps` updates on training tasks of `--levels` only:
+`grpo` uses the co-evolution step's own GRPO update (`--tasks_per_step` tasks,
+`config.coevolve.attempts` attempts each, no simulator; evaluated every
+`--eval_every` steps); `sft` uses stage 1's supervised update (its warm-up +
+cosine schedule) on the same number of tasks per step, evaluated at the start
+and the end. Prints one JSON line per evaluation with the held-out accuracy per
+difficulty level (greedy).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+from ml_collections import config_flags
+import numpy as np
+import orbax.checkpoint as ocp
+
+from genenv_jax import coevolve
+from genenv_jax import dispatch
+from genenv_jax import sharding
+from genenv_jax.sampling import SamplingConfig, sample
+from genenv_jax.tasks import get_domain
+from train import datasets
+from train import heldout
+from train import loop
+from train import warmstart
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "The run's config.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "A run's workdir with its "
+                               "step-0 checkpoint and seed data.")
+_METHOD = flags.DEFINE_enum("method", "grpo", ["grpo", "sft"], "Update rule.")
+_LEVELS = flags.DEFINE_list("levels", ["2"], "Difficulty levels trained on.")
+_STEPS = flags.DEFINE_integer("steps", 100, "Updates.")
+_LR = flags.DEFINE_float("learning_rate", None, "Defaults to the config's "
+                         "agent (grpo) or warm-start (sft) learning rate.")
+_TASKS = flags.DEFINE_integer("tasks_per_step", 40, "Tasks per update.")
+_EVAL_EVERY = flags.DEFINE_integer("eval_every", 20, "Steps between evals.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def _warm_agent_params(workdir: str, mesh):
+  path = os.path.join(os.path.abspath(workdir), "checkpoints")
+  manager = ocp.CheckpointManager(path)
+  if 0 not in manager.all_steps():
+    raise FileNotFoundError(
+        f"{path} has no step-0 checkpoint (the warm-started players); run "
+        "train.main on this workdir first.")
+  raw = manager.restore(0, args=ocp.args.StandardRestore())
+  return jax.device_put(jax.tree.map(np.asarray, raw["agent"]["params"]),
+                        sharding.replicated(mesh))
+
+
+def _grpo_step(config, domain, players):
+  attempts = config.coevolve.attempts
+  sampling_config = SamplingConfig(
+      max_new_tokens=domain.answer_len,
+      temperature=config.coevolve.agent_temperature,
+      eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
+
+  @jax.jit
+  def step(agent, rows, key):
+    sample_key, update_key = jax.random.split(key)
+    tasks = domain.parse(rows, rows != domain.pad_id)
+    out = sample(players.agent_model, agent.params, tasks.prompt,
+                 tasks.prompt_mask, sample_key, sampling_config, attempts)
+    repeat = lambda x: jnp.repeat(x, attempts, axis=0)
+    rewards = domain.verify(out.tokens, out.mask, repeat(tasks.reference),
+                            repeat(tasks.reference_mask))
+    rewards = rewards.reshape(-1, attempts)
+    batch = coevolve.grpo_batch(config, players, agent, tasks, out, rewards)
+    agent, _ = coevolve.agent_update(config, players, agent, batch,
+                                     update_key)
+    return agent, jnp.mean(rewards)
+
+  return step
+
+
+def run(config, workdir: str, method: str, levels: list[int], steps: int,
+        learning_rate: float | None, tasks_per_step: int,
+        eval_every: int) -> list[dict]:
+  """Runs the probe; returns the printed records."""
+  mesh = sharding.make_mesh(dict(config.mesh))
+  rules = sharding.DEFAULT_RULES
+  domain = get_domain(config.task)
+  if learning_rate is not None and method == "grpo":
+    config.agent.learning_rate = learning_rate
+  players = loop.build_players(config, domain)
+  data_dir = config.data.tfds_dir or os.path.join(workdir, "tfds")
+  builder_config = datasets.builder_config_from(config)
+  train = datasets.load_split(builder_config, "train", data_dir)
+  test = datasets.load_split(builder_config, "test", data_dir)
+  chosen = np.isin(train["difficulty"], levels)
+  if not chosen.any():
+    raise ValueError(f"--levels={levels}: the seed data has no such level.")
+  evaluate = heldout.HeldoutEval(
+      domain, players.agent_model, test["task"], test["difficulty"], mesh,
+      rules, config.curriculum.success_threshold)
+  params = _warm_agent_params(workdir, mesh)
+  records = []
+
+  def report(step, **extra):
+    record = dict(step=step, method=method, levels=levels, **extra)
+    record.update({k: round(v, 4) for k, v in evaluate(params).items()})
+    print(json.dumps(record), flush=True)
+    records.append(record)
+
+  report(0)
+  rng = np.random.default_rng(config.seed)
+  if method == "sft":
+    weights = [float(level in levels)
+               for level in range(1, domain.max_difficulty + 1)]
+    data = warmstart.agent_data(domain, train["task"], train["difficulty"],
+                                weights, rng, tasks_per_step * steps)
+    params, losses = warmstart.train_supervised(
+        players.agent_model, params, data, steps=steps,
+        batch_size=tasks_per_step,
+        learning_rate=learning_rate or config.warmstart.learning_rate,
+        seed=config.seed, mesh=mesh, rules=rules)
+    report(steps, loss=round(float(np.mean(losses[-eval_every:])), 4))
+    return records
+
+  rows = train["task"][chosen]
+  agent = coevolve.PlayerState(
+      params=params, opt_state=jax.jit(players.agent_opt.init)(params),
+      ref_params=jax.tree.map(jnp.copy, params))
+  step_fn = _grpo_step(config, domain, players)
+  window = dispatch.DispatchWindow()
+  rewards = []
+  for step in range(1, steps + 1):
+    batch_rows = jnp.asarray(rows[rng.integers(0, len(rows), tasks_per_step)])
+    agent, reward = step_fn(agent, batch_rows, jax.random.PRNGKey(step))
+    window.push(reward)
+    rewards.append(reward)
+    if step % eval_every == 0 or step == steps:
+      params = agent.params
+      report(step, train_reward=round(float(np.mean(
+          jax.device_get(rewards[-eval_every:]))), 4))
+  return records
+
+
+def main(argv):
+  del argv
+  run(_CONFIG.value, _WORKDIR.value, _METHOD.value,
+      [int(x) for x in _LEVELS.value], _STEPS.value, _LR.value, _TASKS.value,
+      _EVAL_EVERY.value)
+
+
+if __name__ == "__main__":
+  app.run(main)
