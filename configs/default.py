@@ -5,6 +5,9 @@ Run (installs into .venv on first use):
   ./launch/local.sh --workdir=runs/alpha03 --config.curriculum.alpha=0.3
 or directly:
   python -m train.main --config=configs/default.py --workdir=runs/default
+A baseline arm (ARMS below), optionally with the smoke sizes:
+  python -m train.main --config=configs/default.py:frozen_env --workdir=runs/frozen
+  python -m train.main --config=configs/default.py:smoke,frozen_env --workdir=/tmp/f
 
 Stage 1 warm-starts both players by supervised learning on seed tasks from the
 `arithmetic_tasks` tensorflow-datasets builder: the agent on easy tasks only,
@@ -19,11 +22,12 @@ import ml_collections
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  """arg: None for the demo, or "smoke": a seconds-long run with tiny models."""
-  if arg not in (None, "", "smoke"):
-    raise ValueError(f"configs/default.py: unknown variant {arg!r}; "
-                     "expected none or 'smoke'.")
+  """arg: comma-separated variants, each at most once: "smoke" (a seconds-long
+  run with tiny models) and/or one arm of the baseline comparison (a name in
+  ARMS), e.g. "frozen_env" or "smoke,frozen_env". None or "": the demo."""
+  smoke, arm = _parse_variants(arg)
   c = ml_collections.ConfigDict()
+  c.arm = ""  # the ARMS entry applied ("" = none: the fields as set here)
   c.seed = 0
   # Mesh axes (data, fsdp, tensor); -1 takes the remaining devices.
   c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
@@ -126,9 +130,28 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.checkpoint_every = 40
   c.max_checkpoints = 2
   c.profile_first_step = 0  # > 0: a jax.profiler trace of 3 steps from this step
-  if arg == "smoke":
+  if smoke:
     _shrink_to_smoke(c)
+  if arm:
+    ARMS[arm](c)
+    c.arm = arm
   return c
+
+
+def _parse_variants(arg: str | None) -> tuple[bool, str]:
+  """(smoke, arm name or "") of a get_config arg such as "smoke,frozen_env"."""
+  names = [n.strip() for n in (arg or "").split(",") if n.strip()]
+  unknown = [n for n in names if n != "smoke" and n not in ARMS]
+  if unknown:
+    raise ValueError(
+        f"configs/default.py: unknown variant(s) {unknown} in arg {arg!r}; "
+        f"expected 'smoke' and/or one arm of {sorted(ARMS)}.")
+  arms = [n for n in names if n in ARMS]
+  if len(arms) > 1 or names.count("smoke") > 1:
+    raise ValueError(
+        f"configs/default.py: arg {arg!r} names {names}; expected at most "
+        "'smoke' and one arm.")
+  return "smoke" in names, (arms[0] if arms else "")
 
 
 def _shrink_to_smoke(c: ml_collections.ConfigDict) -> None:
@@ -148,3 +171,46 @@ def _shrink_to_smoke(c: ml_collections.ConfigDict) -> None:
   c.eval.every_steps = 2
   c.log_every = 1
   c.checkpoint_every = 2
+
+
+# Arms of the baseline comparison, all with the same agent, warm-start and
+# agent rollouts: each entry sets the fields that make its arm.
+
+
+def _arm_genenv(c: ml_collections.ConfigDict) -> None:
+  """The full method: RWR simulator on the α reward, band filter, KL to the
+  initial simulator."""
+  c.env_update.method = "rwr"
+  c.curriculum.reward = "alpha"
+
+
+def _arm_genenv_pg(c: ml_collections.ConfigDict) -> None:
+  """The simulator trained by policy gradient on R_env instead of RWR."""
+  c.env_update.method = "pg"
+  c.curriculum.reward = "alpha"
+
+
+def _arm_frozen_env(c: ml_collections.ConfigDict) -> None:
+  """The warm-started simulator writes tasks online but is never updated."""
+  c.env_update.method = "none"
+
+
+def _arm_uncertainty(c: ml_collections.ConfigDict) -> None:
+  """RWR simulator rewarded by uncertainty 1 - 2|p̂ - ½| instead of α."""
+  c.env_update.method = "rwr"
+  c.curriculum.reward = "uncertainty"
+
+
+def _arm_learnability(c: ml_collections.ConfigDict) -> None:
+  """RWR simulator rewarded by learnability (1 - p̂ when 0 < p̂ < 1)."""
+  c.env_update.method = "rwr"
+  c.curriculum.reward = "learnability"
+
+
+ARMS = {
+    "genenv": _arm_genenv,
+    "genenv_pg": _arm_genenv_pg,
+    "frozen_env": _arm_frozen_env,
+    "uncertainty": _arm_uncertainty,
+    "learnability": _arm_learnability,
+}

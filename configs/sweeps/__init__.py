@@ -1,0 +1,35 @@
+"""Sweep files: ml_collections configs that list the runs of an experiment.
+
+A sweep file's `get_config()` returns a ConfigDict (built with `make_sweep`):
+  base_config  the run config file, relative to the repository root
+  base_arg     variants given to it before each run's arm ("" or e.g. "smoke")
+  overrides    nested ConfigDict of fields set in every run
+  runs         list of ConfigDicts: arm (a name in configs.default.ARMS),
+               seed (config.seed) and overrides (fields set in this run only;
+               they win over the sweep's)
+`launch/sweep.py` expands it into one `python -m train.main` command per run.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import ml_collections
+
+
+def make_sweep(base_arg: str, overrides: Mapping,
+               runs: Iterable[tuple[str, int, Mapping]],
+               base_config: str = "configs/default.py"
+               ) -> ml_collections.ConfigDict:
+  """A sweep config. overrides: nested {section: {field: value}} set in every
+  run; runs: (arm, seed, nested per-run overrides) triples."""
+  sweep = ml_collections.ConfigDict()
+  sweep.base_config = base_config
+  sweep.base_arg = base_arg
+  sweep.overrides = ml_collections.ConfigDict(dict(overrides))
+  sweep.runs = [
+      ml_collections.ConfigDict(dict(
+          arm=arm, seed=seed,
+          overrides=ml_collections.ConfigDict(dict(run_overrides))))
+      for arm, seed, run_overrides in runs]
+  return sweep

@@ -1,0 +1,245 @@
+"""Runs the runs of a sweep file (configs/sweeps/*.py) on this machine.
+
+  python launch/sweep.py --sweep=configs/sweeps/arms.py --sweep_dir=runs/sweep
+  python launch/sweep.py --sweep=configs/sweeps/arms.py --sweep_dir=runs/sweep \\
+    --dry_run   # prints the command lines, runs nothing
+
+Each run is one `python -m train.main` process with the workdir
+SWEEP_DIR/<arm>_a<alpha>_s<seed>, its output appended to <workdir>/log.txt;
+`--parallel` of them run at a time. A run whose report/summary.json reaches its
+last step is finished and skipped; any other run is started with the same
+command, which resumes it from its latest checkpoint. So re-running the sweep
+after an interruption picks up where it stopped, and two sweeps pointed at one
+SWEEP_DIR share the runs they have in common (same name, same config). A
+workdir whose config.json differs from its run's config is reported as failed
+and left untouched. Exits non-zero, naming them, when runs failed.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Mapping
+
+from absl import app
+from absl import flags
+import ml_collections
+from ml_collections import config_flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # sweep files import configs.*
+  sys.path.insert(0, ROOT)
+
+LOG_FILE = "log.txt"
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One run of a sweep.
+
+  name: its workdir's name in the sweep directory.
+  config_flag: the --config value, e.g. "configs/default.py:smoke,frozen_env".
+  overrides: the --config.<field>=<value> flags after it.
+  config: the run's config, as train.main parses those flags.
+  """
+  name: str
+  arm: str
+  seed: int
+  config_flag: str
+  overrides: tuple[str, ...]
+  config: ml_collections.ConfigDict
+
+  def command(self, sweep_dir: str, python: str = sys.executable) -> list[str]:
+    """The command line that runs (or resumes) this run, from the repo root."""
+    return [python, "-m", "train.main", f"--config={self.config_flag}",
+            f"--workdir={os.path.join(sweep_dir, self.name)}", *self.overrides]
+
+
+def flatten(nested: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+  """{"a": {"b": 1}} -> {"a.b": 1}: the dotted field names of leaf values."""
+  flat = {}
+  for key, value in nested.items():
+    if isinstance(value, (Mapping, ml_collections.ConfigDict)):
+      flat.update(flatten(value, f"{prefix}{key}."))
+    else:
+      flat[f"{prefix}{key}"] = value
+  return flat
+
+
+def _flag_value(value: Any) -> str:
+  """A config value as config_flags parses it back from the command line."""
+  if isinstance(value, (tuple, list)):
+    return repr(tuple(value))
+  return repr(value) if isinstance(value, float) else str(value)
+
+
+def parse_config(config_flag: str, overrides: tuple[str, ...]
+                 ) -> ml_collections.ConfigDict:
+  """The config train.main builds from --config=config_flag and overrides
+  (config file paths relative to the repository root)."""
+  path, _, arg = config_flag.partition(":")
+  argv = ["train.main", f"--config={os.path.join(ROOT, path)}"
+          + (f":{arg}" if arg else ""), *overrides]
+  flag_values = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "run config",
+                                  flag_values=flag_values, lock_config=True,
+                                  sys_argv=argv)
+  flag_values(argv)
+  return flag_values.config
+
+
+def expand(sweep: ml_collections.ConfigDict) -> list[Run]:
+  """The runs of a sweep config (see configs/sweeps/__init__.py), in order.
+
+  Raises ValueError when two runs get the same name or a run's overrides do
+  not fit the base config.
+  """
+  runs = []
+  names = {}
+  for i, spec in enumerate(sweep.runs):
+    arg = ",".join(a for a in (sweep.base_arg, spec.arm) if a)
+    fields = flatten(sweep.overrides)
+    fields.update(flatten(spec.overrides))
+    fields["seed"] = spec.seed
+    overrides = tuple(f"--config.{name}={_flag_value(value)}"
+                      for name, value in fields.items())
+    config_flag = f"{sweep.base_config}:{arg}" if arg else sweep.base_config
+    try:
+      config = parse_config(config_flag, overrides)
+    except Exception as e:  # absl wraps a bad override in an IllegalFlagValue
+      raise ValueError(f"sweep.runs[{i}] ({spec.arm}, seed {spec.seed}): "
+                       f"{e}") from e
+    name = f"{spec.arm}_a{config.curriculum.alpha:g}_s{spec.seed}"
+    if name in names:
+      raise ValueError(f"sweep.runs[{i}] and sweep.runs[{names[name]}] are "
+                       f"both named {name!r}; runs need distinct arm, alpha "
+                       "or seed.")
+    names[name] = i
+    runs.append(Run(name, spec.arm, spec.seed, config_flag, overrides, config))
+  return runs
+
+
+def is_finished(workdir: str, num_steps: int) -> bool:
+  """Whether workdir/report/summary.json shows a run that reached num_steps."""
+  path = os.path.join(workdir, "report", "summary.json")
+  if not os.path.exists(path):
+    return False
+  with open(path) as f:
+    return json.load(f).get("last_step", -1) >= num_steps
+
+
+def config_conflicts(workdir: str, config: ml_collections.ConfigDict
+                     ) -> list[str]:
+  """Fields whose value in workdir/config.json (written by the run) differs
+  from `config`; empty when they agree or the run has not written it yet."""
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    saved = flatten(json.load(f))
+  expected = flatten(json.loads(config.to_json_best_effort()))
+  return sorted(k for k in saved.keys() | expected.keys()
+                if saved.get(k) != expected.get(k))
+
+
+def run_sweep(runs: list[Run], sweep_dir: str, parallel: int,
+              dry_run: bool = False, echo: Callable[[str], None] = print
+              ) -> list[str]:
+  """Runs the unfinished runs, `parallel` at a time; returns the names of the
+  failed ones. With dry_run, echoes their command lines instead."""
+  todo, failed = [], []
+  for run in runs:
+    workdir = os.path.join(sweep_dir, run.name)
+    conflicts = config_conflicts(workdir, run.config)
+    if conflicts:
+      echo(f"# {run.name}: {workdir}/config.json differs from the sweep's "
+           f"config in {conflicts}; not run (move the workdir away to rerun).")
+      failed.append(run.name)
+    elif is_finished(workdir, run.config.coevolve.num_steps):
+      echo(f"# {run.name}: finished, skipped")
+    else:
+      todo.append(run)
+  echo(f"# {len(todo)} of {len(runs)} runs to run, from {ROOT}:")
+  if dry_run:
+    for run in todo:
+      echo(shlex.join(run.command(sweep_dir)))
+    return failed
+
+  env = dict(os.environ)
+  env["PYTHONPATH"] = os.pathsep.join(
+      p for p in (ROOT, env.get("PYTHONPATH")) if p)
+  pending = collections.deque(todo)
+  active = {}  # name -> (Popen, log file)
+  try:
+    while pending or active:
+      while pending and len(active) < parallel:
+        run = pending.popleft()
+        workdir = os.path.join(sweep_dir, run.name)
+        os.makedirs(workdir, exist_ok=True)
+        cmd = run.command(sweep_dir)
+        log = open(os.path.join(workdir, LOG_FILE), "a")
+        log.write(f"\n=== {datetime.datetime.now().isoformat(timespec='seconds')}"
+                  f" {shlex.join(cmd)}\n")
+        log.flush()
+        active[run.name] = (subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log)
+        echo(f"started {run.name}")
+      time.sleep(1.0)
+      for name, (proc, log) in list(active.items()):
+        if proc.poll() is None:
+          continue
+        log.close()
+        del active[name]
+        if proc.returncode:
+          failed.append(name)
+          echo(f"FAILED {name} (exit {proc.returncode}); see "
+               f"{os.path.join(sweep_dir, name, LOG_FILE)}")
+        else:
+          echo(f"finished {name}")
+  finally:
+    for proc, log in active.values():  # interrupted: stop what this started
+      proc.terminate()
+      proc.wait()
+      log.close()
+  return failed
+
+
+_SWEEP = config_flags.DEFINE_config_file(
+    "sweep", None, "A sweep file, e.g. configs/sweeps/arms.py.",
+    lock_config=True)
+_SWEEP_DIR = flags.DEFINE_string(
+    "sweep_dir", None, "Directory that holds one workdir per run.")
+_PARALLEL = flags.DEFINE_integer(
+    "parallel", max(1, (os.cpu_count() or 1) // 2),
+    "Runs at a time (default: half the cores).", lower_bound=1)
+_DRY_RUN = flags.DEFINE_bool(
+    "dry_run", False, "Print the command lines of the runs to run; run none.")
+flags.mark_flags_as_required(["sweep", "sweep_dir"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  # Stopped by SIGTERM too, run_sweep stops the runs it started; rerunning
+  # the sweep resumes them.
+  signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+  sweep_dir = os.path.abspath(_SWEEP_DIR.value)
+  failed = run_sweep(expand(_SWEEP.value), sweep_dir, _PARALLEL.value,
+                     _DRY_RUN.value)
+  if failed:
+    print(f"failed runs: {', '.join(failed)}", file=sys.stderr)
+    sys.exit(1)
+  if not _DRY_RUN.value:
+    print(f"report: python -m train.report --sweep_dir={_SWEEP_DIR.value}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,223 @@
+"""Baseline arms as config variants, sweep files and the sweep launcher (no
+training: finished runs are faked, processes are stand-in commands)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from configs import default
+from configs.sweeps import alpha as alpha_sweep
+from configs.sweeps import arms as arms_sweep
+from configs.sweeps import make_sweep
+from configs.sweeps import smoke as smoke_sweep
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_spec = importlib.util.spec_from_file_location(
+    "launch_sweep", os.path.join(ROOT, "launch", "sweep.py"))
+sweep = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = sweep  # dataclasses look their module up there
+_spec.loader.exec_module(sweep)
+
+# What each arm must set; every other field keeps the default.
+_ARM_FIELDS = {
+    "genenv": {"env_update.method": "rwr", "curriculum.reward": "alpha"},
+    "genenv_pg": {"env_update.method": "pg", "curriculum.reward": "alpha"},
+    "frozen_env": {"env_update.method": "none"},
+    "uncertainty": {"env_update.method": "rwr",
+                    "curriculum.reward": "uncertainty"},
+    "learnability": {"env_update.method": "rwr",
+                     "curriculum.reward": "learnability"},
+}
+
+
+def _flat(config):
+  return sweep.flatten(config.to_dict())
+
+
+def test_arm_registry_is_the_tested_set():
+  assert set(default.ARMS) == set(_ARM_FIELDS)
+
+
+@pytest.mark.parametrize("arm", sorted(_ARM_FIELDS))
+def test_arm_sets_its_fields_and_nothing_else(arm):
+  base, variant = _flat(default.get_config()), _flat(default.get_config(arm))
+  expected = dict(_ARM_FIELDS[arm], arm=arm)
+  for name, value in expected.items():
+    assert variant[name] == value, name
+  changed = {k for k in base if base[k] != variant[k]}
+  assert changed <= set(expected)
+  assert base["arm"] == ""
+
+
+@pytest.mark.parametrize("arg", ["smoke,frozen_env", "frozen_env,smoke",
+                                 " smoke , frozen_env "])
+def test_arm_combines_with_smoke(arg):
+  smoke, combined = _flat(default.get_config("smoke")), _flat(
+      default.get_config(arg))
+  assert combined["env_update.method"] == "none"
+  assert combined["arm"] == "frozen_env"
+  assert {k for k in smoke if smoke[k] != combined[k]} == {
+      "env_update.method", "arm"}
+
+
+def test_config_flag_parses_combined_variants():
+  config = sweep.parse_config("configs/default.py:smoke,learnability",
+                              ("--config.curriculum.alpha=0.3",))
+  assert config.curriculum.reward == "learnability"
+  assert config.coevolve.num_steps == default.get_config("smoke").coevolve.num_steps
+  assert config.curriculum.alpha == 0.3
+
+
+@pytest.mark.parametrize("arg,message", [
+    ("frozen", "unknown variant(s) ['frozen']"),
+    ("smoke,bogus", "unknown variant(s) ['bogus']"),
+    ("frozen_env,genenv", "at most 'smoke' and one arm"),
+    ("smoke,smoke", "at most 'smoke' and one arm"),
+])
+def test_bad_variant_names_arg_and_arms(arg, message):
+  with pytest.raises(ValueError) as info:
+    default.get_config(arg)
+  text = str(info.value)
+  assert message in text and repr(arg) in text
+  if "unknown" in message:
+    assert all(arm in text for arm in default.ARMS)
+
+
+def test_arms_sweep_expansion():
+  runs = sweep.expand(arms_sweep.get_config())
+  assert len(runs) == len(default.ARMS) * len(arms_sweep.SEEDS)
+  assert {r.name for r in runs} == {
+      f"{arm}_a0.5_s{seed}" for arm in default.ARMS for seed in arms_sweep.SEEDS}
+  sizing = sweep.flatten(arms_sweep.OVERRIDES)
+  for run in runs:
+    flat = _flat(run.config)
+    assert flat["arm"] == run.arm and flat["seed"] == run.seed
+    for name, value in sizing.items():
+      assert flat[name] == (list(value) if isinstance(value, tuple) else value)
+    assert f"--config.seed={run.seed}" in run.overrides
+    assert run.config_flag == f"configs/default.py:{run.arm}"
+
+
+def test_alpha_sweep_expansion_shares_the_genenv_runs():
+  runs = sweep.expand(alpha_sweep.get_config())
+  assert len(runs) == len(alpha_sweep.ALPHAS) * len(arms_sweep.SEEDS)
+  assert sorted(r.name for r in runs) == sorted(
+      f"genenv_a{a:g}_s{s}" for a in alpha_sweep.ALPHAS for s in arms_sweep.SEEDS)
+  for run in runs:
+    assert f"_a{run.config.curriculum.alpha:g}_" in run.name
+    assert f"--config.curriculum.alpha={run.config.curriculum.alpha!r}" in (
+        run.overrides)
+  arms_runs = {r.name: r for r in sweep.expand(arms_sweep.get_config())}
+  shared = [r for r in runs if r.name in arms_runs]
+  assert len(shared) == len(arms_sweep.SEEDS)
+  for run in shared:  # one workdir serves both sweeps
+    assert run.config.to_dict() == arms_runs[run.name].config.to_dict()
+
+
+def test_smoke_sweep_expansion():
+  runs = sweep.expand(smoke_sweep.get_config())
+  assert [r.name for r in runs] == [
+      "genenv_a0.5_s0", "frozen_env_a0.5_s0", "genenv_a0.5_s1",
+      "frozen_env_a0.5_s1"]
+  assert all(r.config.coevolve.num_steps == 4 for r in runs)
+  assert runs[1].config_flag == "configs/default.py:smoke,frozen_env"
+
+
+def test_run_overrides_win_over_sweep_overrides():
+  config = make_sweep("smoke", {"coevolve": {"num_steps": 7}}, [
+      ("genenv", 0, {}), ("genenv", 1, {"coevolve": {"num_steps": 9}})])
+  first, second = sweep.expand(config)
+  assert (first.config.coevolve.num_steps, second.config.coevolve.num_steps) == (
+      7, 9)
+
+
+def test_duplicate_run_names_and_bad_overrides_are_errors():
+  with pytest.raises(ValueError, match="both named 'genenv_a0.5_s0'"):
+    sweep.expand(make_sweep("smoke", {}, [("genenv", 0, {}), ("genenv", 0, {})]))
+  with pytest.raises(ValueError, match=r"sweep.runs\[0\].*no_such_field"):
+    sweep.expand(make_sweep("smoke", {"coevolve": {"no_such_field": 1}},
+                            [("genenv", 0, {})]))
+
+
+def _fake_finished(sweep_dir, run, last_step=None, config=None):
+  """A workdir as a run leaves it (config.json, report/summary.json)."""
+  workdir = os.path.join(sweep_dir, run.name)
+  os.makedirs(os.path.join(workdir, "report"), exist_ok=True)
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    f.write((config or run.config).to_json_best_effort(indent=2))
+  steps = run.config.coevolve.num_steps if last_step is None else last_step
+  with open(os.path.join(workdir, "report", "summary.json"), "w") as f:
+    json.dump({"last_step": steps}, f)
+  return workdir
+
+
+def test_is_finished_reads_the_summary(tmp_path):
+  run = sweep.expand(smoke_sweep.get_config())[0]
+  num_steps = run.config.coevolve.num_steps
+  assert not sweep.is_finished(str(tmp_path / run.name), num_steps)
+  workdir = _fake_finished(tmp_path, run, last_step=num_steps - 1)
+  assert not sweep.is_finished(workdir, num_steps)
+  workdir = _fake_finished(tmp_path, run)
+  assert sweep.is_finished(workdir, num_steps)
+
+
+def test_dry_run_prints_commands_of_unfinished_runs(tmp_path):
+  runs = sweep.expand(smoke_sweep.get_config())
+  sweep_dir = tmp_path / "sweep"
+  _fake_finished(sweep_dir, runs[0])
+  result = subprocess.run(
+      [sys.executable, "launch/sweep.py", "--sweep=configs/sweeps/smoke.py",
+       f"--sweep_dir={sweep_dir}", "--dry_run"],
+      cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+  assert result.returncode == 0, result.stderr
+  lines = result.stdout.splitlines()
+  commands = [l for l in lines if " -m train.main " in l]
+  assert len(commands) == 3
+  assert f"# {runs[0].name}: finished, skipped" in lines
+  for run, line in zip(runs[1:], commands):
+    assert f"--workdir={sweep_dir / run.name}" in line
+    assert f"--config={run.config_flag}" in line
+    assert line.endswith(f"--config.seed={run.seed}")
+  assert sorted(os.listdir(sweep_dir)) == [runs[0].name]  # nothing created
+
+
+def test_finished_runs_are_skipped_and_conflicts_fail(tmp_path, monkeypatch):
+  runs = sweep.expand(smoke_sweep.get_config())
+  for run in runs[:2]:
+    _fake_finished(tmp_path, run)
+  other = runs[2].config.copy_and_resolve_references()
+  other.curriculum.band = 0.3
+  _fake_finished(tmp_path, runs[2], last_step=0, config=other)
+  started = []
+  monkeypatch.setattr(
+      sweep.Run, "command",
+      lambda self, sweep_dir, python=sys.executable: started.append(self.name)
+      or [python, "-c", "pass"])
+  echoed = []
+  failed = sweep.run_sweep(runs, str(tmp_path), parallel=2, echo=echoed.append)
+  assert failed == [runs[2].name]
+  assert started == [runs[3].name]
+  assert any("curriculum.band" in e for e in echoed)
+  assert not os.path.exists(tmp_path / runs[0].name / sweep.LOG_FILE)
+
+
+def test_processes_log_and_failures_are_reported(tmp_path, monkeypatch):
+  runs = sweep.expand(smoke_sweep.get_config())
+  exit_codes = {runs[0].name: 0, runs[1].name: 3, runs[2].name: 0,
+                runs[3].name: 5}
+  monkeypatch.setattr(
+      sweep.Run, "command",
+      lambda self, sweep_dir, python=sys.executable: [
+          python, "-c", f"print('hello from {self.name}'); "
+          f"raise SystemExit({exit_codes[self.name]})"])
+  failed = sweep.run_sweep(runs, str(tmp_path), parallel=2, echo=lambda _: None)
+  assert sorted(failed) == sorted([runs[1].name, runs[3].name])
+  for run in runs:
+    with open(tmp_path / run.name / sweep.LOG_FILE) as f:
+      assert f"hello from {run.name}" in f.read()

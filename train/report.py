@@ -1,0 +1,362 @@
+"""A sweep's report: results table and plots over every run in a directory.
+
+  python -m train.report --sweep_dir=runs/sweep --out=docs/results
+
+Reads each <sweep_dir>/<run>/config.json and metrics.jsonl (the runs written by
+launch/sweep.py, or any train.main workdirs), groups the runs by arm and α,
+and writes <out>/README.md with PNG plots beside it. Finished runs only (their
+last held-out evaluation is at their last step); the others are listed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import re
+
+import numpy as np
+
+from train import metrics_log
+from train import run_report
+
+REFERENCE_ARM = "genenv"
+
+
+@dataclasses.dataclass
+class RunResult:
+  """One finished run. summary: run_report.summarize of its records."""
+  name: str
+  arm: str
+  alpha: float
+  band: float
+  seed: int
+  num_steps: int
+  rollouts_per_step: int
+  records: list[dict]
+  summary: dict
+
+  @property
+  def rollouts(self) -> int:
+    """Agent rollouts over the whole run (up to its final evaluation)."""
+    return self.num_steps * self.rollouts_per_step
+
+
+def rollouts_per_step(config: dict) -> int:
+  """Agent rollouts per co-evolution step of a config (as in config.json):
+  (num_seeds · variations + replay_tasks) · attempts."""
+  cc = config["coevolve"]
+  return ((cc["num_seeds"] * cc["variations"] + config["pool"]["replay_tasks"])
+          * cc["attempts"])
+
+
+def series(records: list[dict], name: str) -> dict[int, float]:
+  """{step: value} of one metric (last record per step wins)."""
+  return {r["step"]: r[name] for r in records if r.get(name) is not None}
+
+
+def load_runs(sweep_dir: str) -> tuple[list[RunResult], list[str]]:
+  """(finished runs, names of the other run directories) in sweep_dir."""
+  finished, unfinished = [], []
+  for name in sorted(os.listdir(sweep_dir)):
+    workdir = os.path.join(sweep_dir, name)
+    config_path = os.path.join(workdir, "config.json")
+    if not os.path.isfile(config_path):
+      continue
+    with open(config_path) as f:
+      config = json.load(f)
+    records = metrics_log.read_metrics(
+        os.path.join(workdir, metrics_log.METRICS_FILE))
+    num_steps = config["coevolve"]["num_steps"]
+    evals = series(records, "eval/accuracy")
+    if not evals or max(evals) < num_steps:
+      unfinished.append(name)
+      continue
+    cur = config["curriculum"]
+    finished.append(RunResult(
+        name=name, arm=config.get("arm") or "default", alpha=cur["alpha"],
+        band=cur["band"], seed=config["seed"], num_steps=num_steps,
+        rollouts_per_step=rollouts_per_step(config), records=records,
+        summary=run_report.summarize(records, cur["alpha"], cur["band"])))
+  return finished, unfinished
+
+
+def group_runs(runs: list[RunResult]) -> dict[tuple[str, float], list[RunResult]]:
+  """Runs by (arm, α), the reference arm first, each group in seed order."""
+  groups = {}
+  for run in runs:
+    groups.setdefault((run.arm, run.alpha), []).append(run)
+  order = sorted(groups, key=lambda k: (k[0] != REFERENCE_ARM, k[0], k[1]))
+  return {k: sorted(groups[k], key=lambda r: r.seed) for k in order}
+
+
+def mean_std(values) -> tuple[float, float, int]:
+  """(mean, sample std with ddof=1 (nan for one value), n)."""
+  values = np.asarray(values, float)
+  std = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
+  return float(np.mean(values)), std, len(values)
+
+
+def format_mean_std(values) -> str:
+  """"0.523 ± 0.012" over the values; "0.523" for a single value."""
+  mean, std, n = mean_std(values)
+  return f"{mean:.3f}" if n == 1 else f"{mean:.3f} ± {std:.3f}"
+
+
+def _levels(runs: list[RunResult]) -> list[int]:
+  keys = {k for run in runs for k in run.summary
+          if re.fullmatch(r"eval/accuracy_d\d+_end", k)}
+  return sorted(int(k.split("_d")[1].split("_")[0]) for k in keys)
+
+
+def _label(arm: str, alpha: float) -> str:
+  return f"{arm} (α={alpha:g})"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+  return (["| " + " | ".join(header) + " |",
+           "|" + "|".join("---" for _ in header) + "|"]
+          + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def results_table(groups) -> list[str]:
+  """Held-out accuracy (final evaluation; overall and per difficulty), mean ±
+  std over seeds per (arm, α), with the agent rollouts behind it."""
+  levels = _levels([r for runs in groups.values() for r in runs])
+  header = (["arm", "α", "n", "seeds", "agent rollouts", "held-out acc. (step 0)",
+             "held-out acc. (final)"] + [f"d{d}" for d in levels]
+            + ["success rate (2nd half)"])
+  rows = []
+  for (arm, alpha), runs in groups.items():
+    rollouts = sorted({r.rollouts for r in runs})
+    row = [arm, f"{alpha:g}", str(len(runs)),
+           ",".join(str(r.seed) for r in runs),
+           " / ".join(f"{x:,}" for x in rollouts),
+           format_mean_std([r.summary["eval/accuracy_start"] for r in runs]),
+           format_mean_std([r.summary["eval/accuracy_end"] for r in runs])]
+    for d in levels:
+      values = [r.summary.get(f"eval/accuracy_d{d}_end") for r in runs]
+      row.append(format_mean_std([v for v in values if v is not None])
+                 if any(v is not None for v in values) else "–")
+    success = [r.summary["success_rate_second_half_mean"] for r in runs
+               if "success_rate_second_half_mean" in r.summary]
+    row.append(format_mean_std(success) if success else "–")
+    rows.append(row)
+  return _table(header, rows)
+
+
+def comparison_table(groups) -> list[str]:
+  """Each arm minus the reference arm at the same α, paired by seed: mean ±
+  std of the per-seed differences in final held-out accuracy, and wins."""
+  rows = []
+  for (arm, alpha), runs in groups.items():
+    reference = {r.seed: r for r in groups.get((REFERENCE_ARM, alpha), [])}
+    pairs = [(r, reference[r.seed]) for r in runs if r.seed in reference]
+    if arm == REFERENCE_ARM or not pairs:
+      continue
+    diffs = [r.summary["eval/accuracy_end"] - ref.summary["eval/accuracy_end"]
+             for r, ref in pairs]
+    wins = sum(d > 0 for d in diffs)
+    rows.append([arm, f"{alpha:g}", str(len(pairs)),
+                 ",".join(str(r.seed) for r, _ in pairs),
+                 format_mean_std(diffs),
+                 f"{wins}/{len(pairs)}"])
+  if not rows:
+    return []
+  return _table(["arm", "α", "n pairs", "seeds",
+                 f"Δ held-out acc. vs {REFERENCE_ARM}", "seeds better"], rows)
+
+
+def alpha_arms(groups) -> dict[str, list[float]]:
+  """Arms run at two or more α values: {arm: sorted α values}."""
+  alphas = {}
+  for arm, alpha in groups:
+    alphas.setdefault(arm, []).append(alpha)
+  return {arm: sorted(a) for arm, a in alphas.items() if len(a) > 1}
+
+
+def alpha_table(groups) -> list[str]:
+  """For arms swept over α: final success rate (mean over the second half of
+  the steps) and in-band share against α."""
+  rows = []
+  for arm, alphas in alpha_arms(groups).items():
+    for alpha in alphas:
+      runs = groups[(arm, alpha)]
+      rows.append([
+          arm, f"{alpha:g}", str(len(runs)),
+          ",".join(str(r.seed) for r in runs),
+          format_mean_std([r.summary["success_rate_second_half_mean"]
+                           for r in runs]),
+          format_mean_std([r.summary["second_half_in_band_frac"]
+                           for r in runs]),
+          format_mean_std([r.summary["eval/accuracy_end"] for r in runs])])
+  if not rows:
+    return []
+  return _table(["arm", "α", "n", "seeds", "success rate (2nd half)",
+                 "steps in band (2nd half)", "held-out acc. (final)"], rows)
+
+
+def _mean_curve(runs: list[RunResult], name: str):
+  """(steps, mean, std) of a metric over runs, at the steps all runs logged."""
+  curves = [series(r.records, name) for r in runs]
+  steps = sorted(set.intersection(*(set(c) for c in curves)))
+  values = np.array([[c[s] for s in steps] for c in curves], float)
+  if not steps:
+    return np.array([]), np.array([]), np.array([])
+  std = (values.std(axis=0, ddof=1) if len(runs) > 1
+         else np.zeros(len(steps)))
+  return np.asarray(steps), values.mean(axis=0), std
+
+
+def plot(groups, out_dir: str) -> list[str]:
+  """Writes the sweep's PNGs into out_dir; returns their file names."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  names = []
+
+  def save(fig, name):
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, name), dpi=110)
+    plt.close(fig)
+    names.append(name)
+
+  cols = min(3, len(groups))
+  rows = math.ceil(len(groups) / cols)
+  fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows),
+                           squeeze=False, sharey=True)
+  for ax, ((arm, alpha), runs) in zip(axes.flat, groups.items()):
+    band = runs[0].band
+    ax.axhspan(alpha - band, alpha + band, color="tab:green", alpha=0.15,
+               label=f"α band [{alpha - band:.2f}, {alpha + band:.2f}]")
+    for run in runs:
+      s = series(run.records, "env/success_rate")
+      ax.plot(list(s), list(s.values()), lw=0.8, alpha=0.6,
+              label=f"seed {run.seed}")
+    steps, mean, _ = _mean_curve(runs, "env/success_rate")
+    ax.plot(steps, mean, color="black", lw=2, label="mean")
+    ax.set_title(_label(arm, alpha), fontsize=10)
+    ax.set_xlabel("co-evolution step")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=6, loc="best")
+  for ax in axes.flat[len(groups):]:
+    ax.axis("off")
+  axes[0, 0].set_ylabel("success rate on generated tasks")
+  save(fig, "success_rate.png")
+
+  fig, ax = plt.subplots(figsize=(7, 4))
+  for (arm, alpha), runs in groups.items():
+    steps, mean, std = _mean_curve(runs, "env/difficulty_mean")
+    ax.plot(steps, mean, label=_label(arm, alpha))
+    ax.fill_between(steps, mean - std, mean + std, alpha=0.15)
+  ax.set_xlabel("co-evolution step")
+  ax.set_ylabel("mean difficulty of generated tasks")
+  ax.set_title("Simulator difficulty (mean ± std over seeds)")
+  ax.legend(fontsize=7)
+  save(fig, "difficulty.png")
+
+  fig, ax = plt.subplots(figsize=(7, 4))
+  for (arm, alpha), runs in groups.items():
+    steps, mean, std = _mean_curve(runs, "eval/accuracy")
+    ax.errorbar(steps * runs[0].rollouts_per_step, mean, yerr=std, marker="o",
+                ms=3, capsize=2, label=_label(arm, alpha))
+  ax.set_xlabel("agent rollouts")
+  ax.set_ylabel("held-out accuracy (greedy)")
+  ax.set_title("Held-out accuracy vs agent rollouts (mean ± std over seeds)")
+  ax.legend(fontsize=7)
+  save(fig, "heldout_vs_rollouts.png")
+
+  swept = alpha_arms(groups)
+  if swept:
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for arm, alphas in swept.items():
+      per_run = [(a, r.summary["success_rate_second_half_mean"])
+                 for a in alphas for r in groups[(arm, a)]]
+      ax.scatter(*zip(*per_run), s=12, alpha=0.5)
+      stats = [mean_std([r.summary["success_rate_second_half_mean"]
+                         for r in groups[(arm, a)]]) for a in alphas]
+      ax.errorbar(alphas, [m for m, _, _ in stats],
+                  yerr=[0.0 if math.isnan(s) else s for _, s, _ in stats],
+                  marker="o", capsize=3, label=f"{arm} (mean ± std)")
+    lo, hi = min(min(a) for a in swept.values()), max(max(a) for a in swept.values())
+    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="success rate = α")
+    ax.set_xlabel("α")
+    ax.set_ylabel("success rate on generated tasks (2nd half)")
+    ax.set_title("Final success rate vs α")
+    ax.legend(fontsize=7)
+    save(fig, "success_vs_alpha.png")
+  return names
+
+
+def write_report(sweep_dir: str, out_dir: str, command: str) -> str:
+  """Writes out_dir/README.md and its PNGs from the runs in sweep_dir;
+  returns the README's path. Raises ValueError when no run has finished."""
+  runs, unfinished = load_runs(sweep_dir)
+  if not runs:
+    raise ValueError(f"--sweep_dir={sweep_dir}: no finished run (a directory "
+                     "with config.json and a final held-out evaluation in "
+                     f"metrics.jsonl); unfinished: {unfinished}.")
+  groups = group_runs(runs)
+  os.makedirs(out_dir, exist_ok=True)
+  plot(groups, out_dir)
+  rollouts = sorted({r.rollouts for r in runs})
+  per_step = sorted({r.rollouts_per_step for r in runs})
+  lines = [
+      f"Generated by `{command}` from {len(runs)} finished runs.", "",
+      "# Sweep results", "",
+      "Held-out accuracy is the greedy exact-match accuracy on the held-out "
+      "split at each run's final evaluation, overall and per difficulty level "
+      "(d*); mean ± sample std (ddof=1) over the n seeds listed. "
+      "Every run's final evaluation comes after "
+      + " / ".join(f"{x:,}" for x in rollouts) + " agent rollouts ("
+      + " / ".join(f"{x:,}" for x in per_step) + " per step). Success rate "
+      "is the agent's exact-answer rate on the simulator's tasks, averaged "
+      "over the second half of the logged steps.", ""]
+  if len(rollouts) > 1:
+    lines += ["**The runs differ in agent rollouts**; compare rows with the "
+              "same count only.", ""]
+  lines += results_table(groups) + [""]
+  comparison = comparison_table(groups)
+  if comparison:
+    lines += [f"## Arms against {REFERENCE_ARM}", "",
+              "Per-seed difference in final held-out accuracy (same seed, "
+              "same α), mean ± std over the seed pairs.", ""]
+    lines += comparison + [""]
+  alphas = alpha_table(groups)
+  if alphas:
+    lines += ["## α sweep", ""] + alphas + ["", "![success rate vs α]"
+                                            "(success_vs_alpha.png)", ""]
+  lines += ["## Plots", "",
+            "Success rate on generated tasks per arm, α band shaded:", "",
+            "![success rate](success_rate.png)", "",
+            "![simulator difficulty](difficulty.png)", "",
+            "![held-out accuracy vs agent rollouts](heldout_vs_rollouts.png)",
+            ""]
+  lines += ["## Runs", "",
+            ", ".join(f"`{r.name}`" for r in runs) + ".", ""]
+  if unfinished:
+    lines += ["Unfinished, left out: "
+              + ", ".join(f"`{n}`" for n in unfinished) + ".", ""]
+  path = os.path.join(out_dir, "README.md")
+  with open(path, "w") as f:
+    f.write("\n".join(lines))
+  return path
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--sweep_dir", required=True,
+                      help="Directory with one workdir per run.")
+  parser.add_argument("--out", default="docs/results",
+                      help="Directory for README.md and the PNGs.")
+  args = parser.parse_args()
+  command = (f"python -m train.report --sweep_dir={args.sweep_dir} "
+             f"--out={args.out}")
+  print(write_report(args.sweep_dir, args.out, command))
+
+
+if __name__ == "__main__":
+  main()
