@@ -102,7 +102,9 @@ def grpo_batch(config, players: Players, agent: PlayerState,
   prompt, prompt_mask = repeat(tasks.prompt), repeat(tasks.prompt_mask)
   ref_logp = jax.lax.stop_gradient(policy.response_logprobs(
       players.agent_model, agent.ref_params, prompt, prompt_mask,
-      agent_out.tokens, response_mask, config.coevolve.agent_temperature).logp)
+      agent_out.tokens, response_mask, config.coevolve.agent_temperature,
+      config.coevolve.get("logprob_chunk_size", policy.DEFAULT_CHUNK_SIZE)
+      ).logp)
   old_logp = jnp.where(response_mask, agent_out.logprobs, 0.0)
   return AgentBatch(prompt, prompt_mask, agent_out.tokens, response_mask,
                     old_logp, ref_logp, advantages)
@@ -122,7 +124,9 @@ def agent_update(config, players: Players, agent: PlayerState,
   def loss_fn(params, mb: AgentBatch):
     scores = policy.response_logprobs(players.agent_model, params, mb.prompt,
                                       mb.prompt_mask, mb.response, mb.mask,
-                                      temperature)
+                                      temperature, cc.get(
+                                          "logprob_chunk_size",
+                                          policy.DEFAULT_CHUNK_SIZE))
     entropy = scores.entropy if config.grpo.entropy_coef else None
     return losses.grpo_loss(scores.logp, mb.old_logp, mb.ref_logp, mb.mask,
                             mb.advantages, config.grpo, entropy)
@@ -171,7 +175,10 @@ def simulator_update(config, players: Players, env: PlayerState, prompt,
 
   def scores(params):
     return policy.response_logprobs(players.env_model, params, prompt,
-                                    prompt_mask, task, task_mask, temperature)
+                                    prompt_mask, task, task_mask, temperature,
+                                    config.coevolve.get(
+                                        "logprob_chunk_size",
+                                        policy.DEFAULT_CHUNK_SIZE))
 
   if eu.method == "rwr":
     def loss_fn(params):
@@ -232,8 +239,9 @@ def make_step(config, domain: TaskDomain, players: Players
     seed_key, env_key, replay_key, agent_key, update_key, _ = keys
 
     # 1. The simulator writes `variations` tasks per seed task.
-    seeds, _ = pool_lib.sample_tasks(state.pool, seed_key, num_seeds)
-    env_prompt, env_prompt_mask = domain.env_prompt(seeds)
+    seed_idx = pool_lib.sample_indices(state.pool, seed_key, num_seeds)
+    env_prompt, env_prompt_mask = domain.env_prompt(
+        state.pool.tasks[seed_idx], state.pool.success[seed_idx])
     env_out = sample(players.env_model, state.env.params, env_prompt,
                      env_prompt_mask, env_key, env_sampling, variations)
     # 2. Parse what it wrote.
@@ -242,8 +250,8 @@ def make_step(config, domain: TaskDomain, players: Players
 
     # 3. The agent attempts fresh tasks and tasks replayed from D_train.
     if num_replay:
-      replay_rows, _ = pool_lib.sample_tasks(state.pool, replay_key,
-                                             num_replay)
+      replay_idx = pool_lib.sample_indices(state.pool, replay_key, num_replay)
+      replay_rows = state.pool.tasks[replay_idx]
       replay = domain.parse(replay_rows, replay_rows != domain.pad_id)
       tasks = _concat_parsed(fresh, replay)
     else:
@@ -275,7 +283,8 @@ def make_step(config, domain: TaskDomain, players: Players
     env_old_logp = env_out.logprobs
     env_ref_logp = jax.lax.stop_gradient(policy.response_logprobs(
         players.env_model, state.env.ref_params, gen_prompt, gen_prompt_mask,
-        env_out.tokens, env_out.mask, cc.env_temperature).logp)
+        env_out.tokens, env_out.mask, cc.env_temperature,
+        cc.get("logprob_chunk_size", policy.DEFAULT_CHUNK_SIZE)).logp)
     env_kl = _masked_mean(
         losses.kl_estimate(env_old_logp, env_ref_logp, "k3"),
         env_out.mask & fresh.valid[:, None])
@@ -287,9 +296,17 @@ def make_step(config, domain: TaskDomain, players: Players
           env_out.tokens, env_out.mask, env_old_logp, env_ref_logp,
           fresh.valid, cur.reward, cur.weights, num_seeds, variations)
 
-    # 8. Pools and metrics.
-    new_pool = pool_lib.add_tasks(state.pool, fresh.task, fresh.difficulty,
-                                  fresh.valid)
+    # 8. Pools (with the agent's success rate on each task attempted) and
+    # metrics.
+    task_success = curriculum.success_rate(
+        rewards, tasks.valid, threshold=config.curriculum.success_threshold)
+    new_pool = state.pool
+    if num_replay:
+      new_pool = pool_lib.record_success(new_pool, replay_idx,
+                                         task_success[num_fresh:],
+                                         tasks.valid[num_fresh:])
+    new_pool = pool_lib.add_tasks(new_pool, fresh.task, fresh.difficulty,
+                                  fresh.valid, task_success[:num_fresh])
     new_env_pool = pool_lib.add_generations(
         state.env_pool, gen_prompt, gen_prompt_mask, env_out.tokens,
         env_out.mask, cur.reward, cur.keep)

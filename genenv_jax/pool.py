@@ -3,7 +3,8 @@
 Both are ring buffers of fixed shape with a write cursor, so the jitted step
 reads and writes them without recompiling. D_train keeps its base data (the
 seed dataset) in a protected prefix and cycles generated tasks through the
-rest; D_env keeps the simulator's kept generations with their curriculum reward.
+rest, with the agent's latest success rate on each row; D_env keeps the
+simulator's kept generations with their curriculum reward.
 """
 
 from __future__ import annotations
@@ -48,15 +49,21 @@ def _uniform_rows(rng, size, n):
   return jax.random.randint(rng, (n,), 0, jnp.maximum(size, 1))
 
 
+UNKNOWN_SUCCESS = -1.0
+
+
 @flax.struct.dataclass
 class TaskPool:
-  """D_train. tasks: int32[C, L] written-task rows; difficulty: int32[C].
+  """D_train. tasks: int32[C, L] written-task rows; difficulty: int32[C];
+  success: f32[C] the agent's success rate at its latest attempts at the row,
+  UNKNOWN_SUCCESS before any.
 
   Rows [0, base_size) hold the base data and are never overwritten; generated
   tasks cycle through [base_size, C). size counts filled rows.
   """
   tasks: jax.Array
   difficulty: jax.Array
+  success: jax.Array
   cursor: jax.Array
   size: jax.Array
   total_added: jax.Array
@@ -80,24 +87,45 @@ def create_task_pool(base_tasks: np.ndarray, base_difficulty: np.ndarray,
   difficulty = np.zeros((capacity,), np.int32)
   difficulty[:nb] = base_difficulty
   return TaskPool(tasks=jnp.asarray(tasks), difficulty=jnp.asarray(difficulty),
+                  success=jnp.full((capacity,), UNKNOWN_SUCCESS, jnp.float32),
                   cursor=jnp.int32(nb), size=jnp.int32(nb),
                   total_added=jnp.int32(0), base_size=nb)
 
 
 def add_tasks(pool: TaskPool, tasks: jax.Array, difficulty: jax.Array,
-              keep: jax.Array) -> TaskPool:
-  """Appends the rows of tasks int32[M, L] where keep bool[M]."""
-  (new_tasks, new_diff), cursor, size, num = _ring_write(
-      (pool.tasks, pool.difficulty), (tasks, difficulty), keep, pool.cursor,
+              keep: jax.Array, success: jax.Array | None = None) -> TaskPool:
+  """Appends the rows of tasks int32[M, L] where keep bool[M], with the agent's
+  success rate f32[M] on each (UNKNOWN_SUCCESS when not given)."""
+  if success is None:
+    success = jnp.full(keep.shape, UNKNOWN_SUCCESS, jnp.float32)
+  (new_tasks, new_diff, new_success), cursor, size, num = _ring_write(
+      (pool.tasks, pool.difficulty, pool.success),
+      (tasks, difficulty, success.astype(jnp.float32)), keep, pool.cursor,
       pool.size, pool.base_size, pool.capacity)
-  return pool.replace(tasks=new_tasks, difficulty=new_diff, cursor=cursor,
-                      size=size, total_added=pool.total_added + num)
+  return pool.replace(tasks=new_tasks, difficulty=new_diff,
+                      success=new_success, cursor=cursor, size=size,
+                      total_added=pool.total_added + num)
+
+
+def sample_indices(pool: TaskPool, rng: jax.Array, n: int) -> jax.Array:
+  """int32[n] indices of rows drawn uniformly from the filled rows."""
+  return _uniform_rows(rng, pool.size, n)
 
 
 def sample_tasks(pool: TaskPool, rng: jax.Array, n: int):
   """n tasks drawn uniformly from the filled rows: (int32[n, L], int32[n])."""
-  idx = _uniform_rows(rng, pool.size, n)
+  idx = sample_indices(pool, rng, n)
   return pool.tasks[idx], pool.difficulty[idx]
+
+
+def record_success(pool: TaskPool, idx: jax.Array, success: jax.Array,
+                   measured: jax.Array) -> TaskPool:
+  """Sets the success rate f32[n] of rows idx int32[n] where measured bool[n].
+
+  A row drawn twice takes one of its values."""
+  rows = jnp.where(measured, idx, pool.capacity)  # out of bounds: dropped
+  return pool.replace(success=pool.success.at[rows].set(
+      success.astype(jnp.float32), mode="drop"))
 
 
 @flax.struct.dataclass

@@ -57,6 +57,35 @@ def test_task_pool_samples_only_filled_rows():
                                 np.asarray(tasks[:, 0]) - 6)
 
 
+def test_task_pool_tracks_the_agents_success_per_row():
+  unknown = pool_lib.UNKNOWN_SUCCESS
+  pool = pool_lib.create_task_pool(_rows([1, 2]), np.array([1, 1]), capacity=6)
+  np.testing.assert_array_equal(np.asarray(pool.success), [unknown] * 6)
+  pool = jax.jit(pool_lib.add_tasks)(
+      pool, jnp.asarray(_rows([10, 11, 12])), jnp.array([2, 2, 2]),
+      jnp.array([True, False, True]), jnp.array([0.3, 0.9, 0.7]))
+  pool = pool_lib.add_tasks(pool, jnp.asarray(_rows([13])), jnp.array([2]),
+                            jnp.array([True]))  # no rate given: unknown
+  np.testing.assert_allclose(np.asarray(pool.success),
+                             [unknown, unknown, 0.3, 0.7, unknown, unknown])
+  # Re-measured rows take their new rate; unmeasured draws leave theirs.
+  pool = jax.jit(pool_lib.record_success)(
+      pool, jnp.array([0, 3, 2]), jnp.array([0.5, 0.1, 0.0]),
+      jnp.array([True, True, False]))
+  np.testing.assert_allclose(np.asarray(pool.success),
+                             [0.5, unknown, 0.3, 0.1, unknown, unknown])
+
+
+def test_sample_indices_match_sample_tasks():
+  pool = pool_lib.create_task_pool(_rows([7, 8, 9]), np.array([1, 2, 3]),
+                                   capacity=64)
+  key = jax.random.PRNGKey(3)
+  idx = pool_lib.sample_indices(pool, key, 50)
+  tasks, _ = pool_lib.sample_tasks(pool, key, 50)
+  assert set(np.asarray(idx).tolist()) <= {0, 1, 2}
+  np.testing.assert_array_equal(np.asarray(pool.tasks[idx]), np.asarray(tasks))
+
+
 def test_task_pool_capacity_must_exceed_base():
   with pytest.raises(ValueError, match="config.pool.capacity"):
     pool_lib.create_task_pool(_rows([1, 2]), np.array([1, 1]), capacity=2)

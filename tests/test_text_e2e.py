@@ -160,6 +160,11 @@ def test_three_steps_compile_once_and_count_parses(run):
       assert m["agent/fresh_reward_mean"] == 1.0 and m["env/success_rate"] == 1.0
   # Replayed seed tasks with other answers were not.
   assert min(m["agent/reward_mean"] for m in history) < 1.0
+  # The pool records the agent's success on each task it attempted: every added
+  # task was solved every time.
+  added_success = np.asarray(state.pool.success)[
+      state.pool.base_size:int(state.pool.size)]
+  np.testing.assert_array_equal(added_success, 1.0)
   added = np.asarray(state.pool.tasks)[state.pool.base_size:int(state.pool.size)]
   domain = run["domain"]
   assert domain.decode(added) == [SCRIPT + "<|im_end|>"] * sum(valid)

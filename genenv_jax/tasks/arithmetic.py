@@ -138,12 +138,15 @@ class ArithmeticDomain(TaskDomain):
   def max_difficulty(self) -> int:
     return self.max_digits
 
-  def env_prompt(self, seed_tasks: jax.Array) -> tuple[jax.Array, jax.Array]:
+  def env_prompt(
+      self, seed_tasks: jax.Array, success_rate: jax.Array | None = None
+  ) -> tuple[jax.Array, jax.Array]:
     """`BOS <seed tokens before its EOS> >`, left-padded.
 
     Args:
       seed_tasks: int32[M, task_len] written-task rows; the seed's content ends at its
         first EOS or pad (an all-pad row gives `BOS >`).
+      success_rate: ignored (this domain's prompts carry no summary signal).
 
     Returns:
       (tokens int32[M, env_prompt_len], mask bool[M, env_prompt_len]).

@@ -76,11 +76,16 @@ class TaskDomain(abc.ABC):
     """Builds the domain from its config section (`config.task`)."""
 
   @abc.abstractmethod
-  def env_prompt(self, seed_tasks: jax.Array) -> tuple[jax.Array, jax.Array]:
+  def env_prompt(
+      self, seed_tasks: jax.Array, success_rate: jax.Array | None = None
+  ) -> tuple[jax.Array, jax.Array]:
     """Simulator prompts asking for a new task in the style of each seed.
 
     Args:
       seed_tasks: int32[M, task_len] written-task rows.
+      success_rate: f32[M] the agent's latest success rate on each seed task
+        (negative: not measured yet), for domains whose prompts can carry it as
+        a summary signal; others ignore it.
 
     Returns:
       (tokens int32[M, env_prompt_len], mask bool[M, env_prompt_len]), left-padded.
