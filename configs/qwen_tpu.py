@@ -1,0 +1,110 @@
+"""GenEnv on text tasks with both players at Qwen2.5 shapes, on a Cloud TPU pod.
+
+Variants (`--config=configs/qwen_tpu.py:VARIANT`):
+  7b    (the default) Qwen2.5-7B players, 32 chips or more, a multiple of 4
+        (v4-64, v5p-64, v5litepod-32)
+  1.5b  Qwen2.5-1.5B players, a multiple of 8 chips
+  0.5b  Qwen2.5-0.5B players, a multiple of 4 chips
+  cpu   the 7b settings (remat, chunked log-probs) with tiny shapes, small
+        batches and float32: runs on a CPU with random weights
+
+launch/tpu_pod.sh starts it on every worker of a pod slice and fills in the
+paths of this command:
+  python -m train.main --config=configs/qwen_tpu.py:7b --workdir=gs://BUCKET/run \\
+    --config.agent.hf_dir=/ckpt/Qwen2.5-7B-Instruct \\
+    --config.env.hf_dir=/ckpt/Qwen2.5-7B-Instruct \\
+    --config.task.tokenizer_dir=/ckpt/Qwen2.5-7B-Instruct \\
+    --config.data.source_dir=/data/seed_tasks
+Without hf_dir a player is randomly initialised at the preset's shapes.
+
+What each size sets (everything else is configs/text.py):
+  - mesh: parameters are sharded over fsdp (their embed dimension) and tensor
+    (heads, MLP, vocabulary); batches over data x fsdp. One axis is -1 and
+    takes the remaining chips. `tensor` must divide the KV heads (4 at 7B, 2
+    below).
+  - model_overrides: bfloat16 compute over float32 master weights (updates
+    of lr 1e-6 are not lost to bf16 rounding), a remat policy per block, and
+    the preset's vocabulary (so a checkpoint of another size is refused when
+    loaded).
+  - coevolve.logprob_chunk_size: response positions whose logits [rows,
+    chunk, 152k] are formed at once when scoring responses
+    (genenv_jax/policy.py); smaller saves memory, larger feeds the MXU better.
+  - scan_layers=False: the sampler then decodes with a per-layer KV cache
+    updated in place (models/decoder.py); scanning compiles faster.
+  - batches (all sizes): 16 seeds x 4 variations = 64 tasks written per step
+    (the paper's batch 64 for the simulator), 16 replayed pool tasks, 8
+    attempts each = 640 attempts, trained in 10 GRPO minibatches of 64.
+    Keep num_seeds and each minibatch divisible by data x fsdp.
+  - learning rates: the paper's AdamW 1e-6 (agent) and 5e-7 (simulator),
+    from configs/text.py.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from configs import text
+
+# Per size: the model preset and its (padded) vocabulary, mesh, remat policy
+# and log-prob chunk. At 7B, remat "dots_no_batch" (keep the projections'
+# outputs, ~0.1 MB per token per layer in bf16) would hold ~10 GB per chip for
+# one GRPO minibatch of 64 rows x ~500 tokens over 8 batch shards; "full"
+# keeps only each block's input (7 KB per token per layer) and recomputes the
+# rest in the backward pass.
+SIZES = {
+    "0.5b": dict(model="qwen2.5-0.5b", vocab_size=151936,
+                 mesh=dict(data=-1, fsdp=4, tensor=1),
+                 remat_policy="dots_no_batch", logprob_chunk_size=128),
+    "1.5b": dict(model="qwen2.5-1.5b", vocab_size=151936,
+                 mesh=dict(data=-1, fsdp=8, tensor=1),
+                 remat_policy="dots_no_batch", logprob_chunk_size=64),
+    "7b": dict(model="qwen2.5-7b", vocab_size=152064,
+               mesh=dict(data=1, fsdp=-1, tensor=4),
+               remat_policy="full", logprob_chunk_size=32),
+}
+DEFAULT_SIZE = "7b"
+VARIANTS = tuple(SIZES) + ("cpu",)
+
+# The cpu variant's players: the Qwen2.5 layout (GQA, qkv bias, tied
+# embeddings) at widths a CPU runs; the vocabulary is the tokenizer's.
+CPU_SHAPES = dict(hidden_size=64, intermediate_size=128, num_layers=2,
+                  num_heads=4, num_kv_heads=2)
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  """arg: "0.5b", "1.5b", "7b" (also None or "") or "cpu"."""
+  variant = arg or DEFAULT_SIZE
+  if variant not in VARIANTS:
+    raise ValueError(f"configs/qwen_tpu.py: unknown variant {arg!r}; expected "
+                     f"one of {VARIANTS}.")
+  on_cpu = variant == "cpu"
+  size = SIZES[DEFAULT_SIZE if on_cpu else variant]
+  c = text.get_config("cpu" if on_cpu else None)
+  c.mesh = ml_collections.ConfigDict(size["mesh"])
+  c.coevolve.logprob_chunk_size = size["logprob_chunk_size"]
+  for player in (c.agent, c.env):
+    player.model = size["model"]
+    player.model_overrides = ml_collections.ConfigDict(dict(
+        dtype="bfloat16", param_dtype="float32",
+        remat_policy=size["remat_policy"], scan_layers=False,
+        vocab_size=size["vocab_size"]))
+  if on_cpu:
+    _shrink_to_cpu(c)
+  else:
+    c.coevolve.update(num_seeds=16, variations=4, attempts=8,
+                      agent_minibatches=10)
+    c.pool.replay_tasks = 16
+  return c
+
+
+def _shrink_to_cpu(c: ml_collections.ConfigDict) -> None:
+  """Tiny float32 players with the tokenizer's vocabulary, every device on the
+  data axis (configs/text.py's cpu variant set the widths and batches);
+  log-probs still chunked (the agent's R = 9 response positions in chunks of
+  4)."""
+  c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+  c.coevolve.logprob_chunk_size = 4
+  for player in (c.agent, c.env):
+    overrides = dict(player.model_overrides, **CPU_SHAPES, dtype="float32")
+    del overrides["vocab_size"]
+    player.model_overrides = ml_collections.ConfigDict(overrides)

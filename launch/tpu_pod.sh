@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Runs GenEnv-JAX on a Cloud TPU VM pod slice: creates the slice (or reuses it),
+# puts this repository on every worker, installs it, fetches the players'
+# checkpoint and the seed tasks, and starts `python -m train.main` on all workers.
+# Run `launch/tpu_pod.sh --help` for the flags; `--dry_run` prints every command.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REMOTE_REPO='$HOME/genenv-jax'
+REMOTE_VENV='$HOME/genenv-venv'
+REMOTE_LOG='$HOME/genenv-train.log'
+REMOTE_PID='$HOME/genenv-train.pid'
+
+usage() {
+  cat <<EOF
+Usage: launch/tpu_pod.sh --name=NAME --zone=ZONE --accelerator=TYPE --workdir=gs://BUCKET/RUN
+                         [options] [-- extra train.main flags]
+
+Required (each may also come from the environment variable shown):
+  --name=NAME          TPU VM name                                  (TPU_NAME)
+  --zone=ZONE          e.g. us-central2-b                           (TPU_ZONE)
+  --accelerator=TYPE   slice type, e.g. v4-64, v5p-64, v5litepod-32 (TPU_ACCELERATOR)
+  --workdir=DIR        checkpoints, metrics and report; a gs:// path every worker
+                       shares. Rerunning with the same workdir resumes.
+Options:
+  --runtime=VERSION    TPU VM software version (TPU_RUNTIME; default tpu-ubuntu2204-base,
+                       for v4; v5p: v2-alpha-tpuv5, v5e: v2-alpha-tpuv5-lite)
+  --project=PROJECT    Google Cloud project (GCP_PROJECT; default: gcloud's)
+  --config=CONFIG      default configs/qwen_tpu.py:7b
+  --hf_model=REPO      Hugging Face model downloaded on every worker and used for both
+                       players and the tokenizer, e.g. Qwen/Qwen2.5-7B-Instruct
+  --seed_data=GS_DIR   gs:// directory of seed JSONL / parquet files, copied to every worker
+  --repo_url=URL       clone this git repository (--branch=BRANCH) instead of copying
+                       the local working tree
+  --spot               create a Spot slice
+  --dry_run            print the commands instead of running them
+  -h, --help           this message
+Flags after -- go to train.main, e.g. -- --config.coevolve.num_steps=400
+EOF
+}
+
+die() {
+  echo "tpu_pod.sh: error: $*" >&2
+  echo "Run launch/tpu_pod.sh --help for usage." >&2
+  exit 2
+}
+
+name="${TPU_NAME:-}"
+zone="${TPU_ZONE:-}"
+accelerator="${TPU_ACCELERATOR:-}"
+runtime="${TPU_RUNTIME:-tpu-ubuntu2204-base}"
+project="${GCP_PROJECT:-}"
+workdir=""
+config="configs/qwen_tpu.py:7b"
+hf_model=""
+seed_data=""
+repo_url=""
+branch=""
+spot=0
+dry_run=0
+train_flags=()
+
+while (($#)); do
+  arg="$1"
+  shift
+  case "$arg" in
+    -h|--help) usage; exit 0 ;;
+    --dry_run|--dry-run) dry_run=1 ;;
+    --spot) spot=1 ;;
+    --) train_flags=("$@"); break ;;
+    --*=*)
+      value="${arg#*=}"
+      case "${arg%%=*}" in
+        --name) name="$value" ;;
+        --zone) zone="$value" ;;
+        --accelerator) accelerator="$value" ;;
+        --runtime) runtime="$value" ;;
+        --project) project="$value" ;;
+        --workdir) workdir="$value" ;;
+        --config) config="$value" ;;
+        --hf_model) hf_model="$value" ;;
+        --seed_data) seed_data="$value" ;;
+        --repo_url) repo_url="$value" ;;
+        --branch) branch="$value" ;;
+        *) die "unknown flag ${arg%%=*}" ;;
+      esac ;;
+    *) die "unexpected argument '$arg' (flags take the form --flag=value)" ;;
+  esac
+done
+
+[[ -n "$name" ]] || die "--name is required (or set TPU_NAME)"
+[[ -n "$zone" ]] || die "--zone is required (or set TPU_ZONE)"
+[[ -n "$accelerator" ]] || die "--accelerator is required (or set TPU_ACCELERATOR)"
+[[ -n "$workdir" ]] || die "--workdir is required (a gs:// path all workers share)"
+[[ -z "$branch" || -n "$repo_url" ]] || die "--branch needs --repo_url"
+[[ -z "$seed_data" || "$seed_data" == gs://* ]] ||
+  die "--seed_data=$seed_data must be a gs:// directory"
+if [[ "$workdir" != gs://* ]]; then
+  echo "tpu_pod.sh: warning: --workdir=$workdir is not a gs:// path; a multi-host" \
+       "job needs a directory every worker shares." >&2
+fi
+
+jax_version="$(sed -n 's/^jax==//p' "$ROOT/requirements.txt")"
+[[ -n "$jax_version" ]] || die "$ROOT/requirements.txt pins no jax==VERSION"
+
+# Prints a command as a shell line: words of safe characters bare, others quoted.
+print_command() {
+  local word out=()
+  for word in "$@"; do
+    if [[ "$word" =~ ^[A-Za-z0-9_./:=@,+%-]+$ ]]; then
+      out+=("$word")
+    else
+      out+=("'${word//\'/\'\\\'\'}'")
+    fi
+  done
+  echo "${out[*]}"
+}
+
+# Runs a command, or prints it with --dry_run.
+run() {
+  if ((dry_run)); then
+    print_command "$@"
+  else
+    echo "+ $(print_command "$@")" >&2
+    "$@"
+  fi
+}
+
+tpu=(gcloud compute tpus tpu-vm)
+where=(--zone="$zone")
+[[ -z "$project" ]] || where+=(--project="$project")
+
+# A command line for the workers' shell, each word quoted for it.
+remote_words() {
+  local out=() word
+  for word in "$@"; do out+=("$(printf '%q' "$word")"); done
+  echo "${out[*]}"
+}
+
+on_all_workers() {  # $1: a shell command line run on every worker
+  run "${tpu[@]}" ssh "$name" "${where[@]}" --worker=all --command="$1"
+}
+
+# 1. The slice: reuse it when it exists.
+create=("${tpu[@]}" create "$name" "${where[@]}" --accelerator-type="$accelerator"
+        --version="$runtime")
+((spot)) && create+=(--spot)
+if ((dry_run)); then
+  print_command "${tpu[@]}" describe "$name" "${where[@]}"
+  echo "# when describe finds no TPU VM named $name:"
+  print_command "${create[@]}"
+elif "${tpu[@]}" describe "$name" "${where[@]}" >/dev/null 2>&1; then
+  echo "Reusing TPU VM $name in $zone." >&2
+else
+  run "${create[@]}"
+fi
+
+# 2. Stop the job an earlier launch started (its pid file), before the code and
+#    the venv under it change.
+on_all_workers "[ ! -f $REMOTE_PID ] || { kill \$(cat $REMOTE_PID) 2>/dev/null && while kill -0 \$(cat $REMOTE_PID) 2>/dev/null; do sleep 1; done; } || true"
+
+# 3. The code on every worker.
+if [[ -n "$repo_url" ]]; then
+  clone=(git clone --depth=1)
+  [[ -z "$branch" ]] || clone+=(--branch "$branch")
+  on_all_workers "rm -rf $REMOTE_REPO && $(remote_words "${clone[@]}" "$repo_url") $REMOTE_REPO"
+else
+  tarball="${TMPDIR:-/tmp}/genenv-jax-$$.tgz"
+  ((dry_run)) || trap 'rm -f "$tarball"' EXIT
+  run tar -czf "$tarball" --exclude=./.venv --exclude=./.git --exclude=./runs \
+    --exclude=./.pytest_cache --exclude=__pycache__ -C "$ROOT" .
+  run "${tpu[@]}" scp "$tarball" "$name:genenv-jax.tgz" "${where[@]}" --worker=all
+  on_all_workers "rm -rf $REMOTE_REPO && mkdir -p $REMOTE_REPO && tar -xzf \$HOME/genenv-jax.tgz -C $REMOTE_REPO"
+fi
+
+# 4. Python 3.11, the requirements and jax[tpu] (same version) in a venv.
+on_all_workers "set -e; command -v python3.11 >/dev/null || { sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3.11 python3.11-venv; }; [ -x $REMOTE_VENV/bin/python ] || python3.11 -m venv $REMOTE_VENV; $REMOTE_VENV/bin/pip install -q --upgrade pip; $REMOTE_VENV/bin/pip install -q -r $REMOTE_REPO/requirements.txt 'jax[tpu]==$jax_version'"
+
+# 5. The players' checkpoint and the seed tasks, local to each worker. Each
+#    worker builds its own tensorflow-datasets copy of the seeds.
+main_flags=(--config="$config" --workdir="$workdir" --distributed=true)
+remote_flags=("--config.data.tfds_dir=\$HOME/genenv-tfds")
+if [[ -n "$hf_model" ]]; then
+  model_dir="\$HOME/models/${hf_model##*/}"
+  on_all_workers "$REMOTE_VENV/bin/hf download $(remote_words "$hf_model") --local-dir $model_dir"
+  remote_flags+=("--config.agent.hf_dir=$model_dir" "--config.env.hf_dir=$model_dir"
+                 "--config.task.tokenizer_dir=$model_dir")
+fi
+if [[ -n "$seed_data" ]]; then
+  on_all_workers "mkdir -p \$HOME/genenv-seeds && gcloud storage rsync --recursive $(remote_words "$seed_data") \$HOME/genenv-seeds"
+  remote_flags+=("--config.data.source_dir=\$HOME/genenv-seeds")
+fi
+
+# 6. train.main on every worker, detached; it resumes from the workdir's
+#    latest checkpoint.
+start="cd $REMOTE_REPO && { PYTHONPATH=$REMOTE_REPO nohup $REMOTE_VENV/bin/python -m train.main"
+start+=" $(remote_words "${main_flags[@]}") ${remote_flags[*]}"
+((${#train_flags[@]} == 0)) || start+=" $(remote_words "${train_flags[@]}")"
+start+=" > $REMOTE_LOG 2>&1 < /dev/null & echo \$! > $REMOTE_PID; }"
+on_all_workers "$start"
+
+echo "# Follow worker 0's log:" >&2
+echo "# $(print_command "${tpu[@]}" ssh "$name" "${where[@]}" --worker=0 \
+  --command="tail -f $REMOTE_LOG")" >&2

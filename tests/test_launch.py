@@ -1,0 +1,316 @@
+"""The TPU pod launch: launch/tpu_pod.sh (dry run, and run against a stand-in
+gcloud), configs/qwen_tpu.py's variants, and train.main's multi-host set-up."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import types
+
+import flax.linen as nn
+import jax
+import numpy as np
+import pytest
+
+from configs import qwen_tpu
+from genenv_jax import coevolve
+from genenv_jax import policy
+from genenv_jax import sharding
+from genenv_jax.tasks import get_domain
+from models import decoder
+from models.config import ModelConfig, get_preset
+from tests.test_text_domain import QA, make_tokenizer
+from train import loop
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "launch" / "tpu_pod.sh"
+REQUIRED = ["--name=genenv-7b", "--zone=us-central2-b", "--accelerator=v4-64",
+            "--workdir=gs://bucket/run1"]
+# ModelConfig fields that choose how a model computes, not its shapes.
+COMPUTE_FIELDS = {"dtype", "param_dtype", "remat_policy", "scan_layers"}
+
+
+def _launch(args, path_prefix: str | None = None, **env):
+  environ = {k: v for k, v in os.environ.items()
+             if k not in ("TPU_NAME", "TPU_ZONE", "TPU_ACCELERATOR",
+                          "TPU_RUNTIME", "GCP_PROJECT")}
+  if path_prefix:
+    environ["PATH"] = f"{path_prefix}:{environ['PATH']}"
+  environ.update(env)
+  return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True,
+                        text=True, env=environ, timeout=60, check=False)
+
+
+def _gcloud_lines(stdout: str) -> list[list[str]]:
+  return [shlex.split(line) for line in stdout.splitlines()
+          if line.startswith("gcloud ")]
+
+
+def test_dry_run_prints_every_command():
+  out = _launch(["--dry_run", *REQUIRED, "--hf_model=Qwen/Qwen2.5-7B-Instruct",
+                 "--seed_data=gs://bucket/seeds", "--",
+                 "--config.coevolve.num_steps=400"])
+  assert out.returncode == 0, out.stderr
+  commands = _gcloud_lines(out.stdout)
+  subcommands = [c[4] for c in commands]
+  assert subcommands == ["describe", "create", "ssh", "scp", "ssh", "ssh",
+                         "ssh", "ssh", "ssh"]
+  for command in commands:
+    assert command[:4] == ["gcloud", "compute", "tpus", "tpu-vm"]
+    assert "--zone=us-central2-b" in command
+  create = commands[1]
+  assert create[5] == "genenv-7b"
+  assert "--accelerator-type=v4-64" in create
+  assert "--version=tpu-ubuntu2204-base" in create
+  for command in commands[2:]:
+    assert "--worker=all" in command
+  remote = [next(w for w in c if w.startswith("--command="))
+            for c in commands if c[4] == "ssh"]
+  _, _, install, download, seeds, start = remote
+  assert "pip install -q -r $HOME/genenv-jax/requirements.txt" in install
+  assert "jax[tpu]==0.10.2" in install
+  assert "hf download Qwen/Qwen2.5-7B-Instruct" in download
+  assert "gs://bucket/seeds" in seeds
+  train = shlex.split(start.split("nohup ", 1)[1].split(" > ", 1)[0])
+  assert train[1:3] == ["-m", "train.main"]
+  model_dir = "$HOME/models/Qwen2.5-7B-Instruct"
+  for flag in ("--config=configs/qwen_tpu.py:7b", "--workdir=gs://bucket/run1",
+               "--distributed=true", f"--config.agent.hf_dir={model_dir}",
+               f"--config.env.hf_dir={model_dir}",
+               f"--config.task.tokenizer_dir={model_dir}",
+               "--config.data.source_dir=$HOME/genenv-seeds",
+               "--config.coevolve.num_steps=400"):
+    assert flag in train, flag
+
+
+@pytest.mark.parametrize("missing", ["--name", "--zone", "--accelerator",
+                                     "--workdir"])
+def test_a_missing_required_flag_fails_with_its_name(missing):
+  args = [a for a in REQUIRED if not a.startswith(missing + "=")]
+  out = _launch(["--dry_run", *args])
+  assert out.returncode != 0
+  assert f"{missing} is required" in out.stderr
+  assert "gcloud" not in out.stdout
+
+
+def test_bad_flags_fail_and_help_prints_usage():
+  out = _launch(["--dry_run", *REQUIRED, "--acelerator=v4-8"])
+  assert out.returncode != 0 and "unknown flag --acelerator" in out.stderr
+  out = _launch(["--dry_run", *REQUIRED, "--seed_data=/local/dir"])
+  assert out.returncode != 0 and "--seed_data" in out.stderr
+  out = _launch(["--help"])
+  assert out.returncode == 0 and out.stdout.startswith("Usage:")
+
+
+FAKE_GCLOUD = """#!/usr/bin/env bash
+# Records its arguments, one per line, then a separator line.
+printf '%s\\n' "$@" '---' >> "$GCLOUD_LOG"
+[[ "$4 ${FAKE_TPU_EXISTS:-0}" != "describe 0" ]]
+"""
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_runs_the_commands_and_reuses_an_existing_slice(tmp_path, exists):
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  (bin_dir / "gcloud").write_text(FAKE_GCLOUD)
+  (bin_dir / "gcloud").chmod(0o755)
+  log = tmp_path / "gcloud.log"
+  out = _launch([*REQUIRED, "--repo_url=https://example.com/genenv-jax.git",
+                 "--branch=main", "--project=my-project", "--spot"],
+                path_prefix=str(bin_dir), GCLOUD_LOG=str(log),
+                FAKE_TPU_EXISTS=str(int(exists)), TMPDIR=str(tmp_path))
+  assert out.returncode == 0, out.stderr
+  calls = [c.strip("\n").split("\n") for c in log.read_text().split("---\n")
+           if c.strip()]
+  subcommands = [c[3] for c in calls]
+  assert subcommands == ["describe"] + ([] if exists else ["create"]) + [
+      "ssh", "ssh", "ssh", "ssh"]
+  for call in calls:
+    assert "--project=my-project" in call
+  if not exists:
+    assert "--spot" in calls[1]
+  clone, _, start = (c[-1] for c in calls[-3:])
+  assert "git clone --depth=1 --branch main https://example.com/genenv-jax.git" in clone
+  assert "--workdir=gs://bucket/run1" in start and "--distributed=true" in start
+  assert ("Reusing TPU VM genenv-7b" in out.stderr) == exists
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# Records its process id, working directory and arguments, then waits to be
+# stopped.
+printf '%s\\n' "$$" "$PWD" "$@" > "$HOME/train_args"
+exec sleep 60
+"""
+
+
+def test_the_workers_commands_stop_the_last_job_and_start_a_new_one(tmp_path):
+  """The stop and start command lines, run by a real shell with HOME=tmp_path
+  standing in for a worker's home."""
+  out = _launch(["--dry_run", *REQUIRED, "--", "--config.task.verifier=f1",
+                 "--config.task.env_system_prompt=It's short."])
+  ssh = [c for c in _gcloud_lines(out.stdout) if c[4] == "ssh"]
+  command = lambda c: next(w for w in c if w.startswith("--command="))[10:]
+  stop, start = command(ssh[0]), command(ssh[-1])
+  venv_bin = tmp_path / "genenv-venv" / "bin"
+  venv_bin.mkdir(parents=True)
+  (venv_bin / "python").write_text(FAKE_PYTHON)
+  (venv_bin / "python").chmod(0o755)
+  (tmp_path / "genenv-jax").mkdir()
+  env = dict(os.environ, HOME=str(tmp_path))
+  shell = lambda line: subprocess.run(["bash", "-c", line], env=env, timeout=30,
+                                      check=True)
+  earlier = subprocess.Popen(["sleep", "60"])
+  # Reaped as soon as it ends, as a worker's init reaps a detached job.
+  threading.Thread(target=earlier.wait, daemon=True).start()
+  try:
+    (tmp_path / "genenv-train.pid").write_text(f"{earlier.pid}\n")
+    shell(stop)
+    assert earlier.wait(timeout=10) is not None  # the earlier job is gone
+    shell(start)
+    started = int((tmp_path / "genenv-train.pid").read_text())
+    for _ in range(100):
+      if (tmp_path / "train_args").exists():
+        break
+      time.sleep(0.1)
+    pid, cwd, *args = (tmp_path / "train_args").read_text().splitlines()
+    assert int(pid) == started  # the pid file names the job itself
+    assert cwd == str(tmp_path / "genenv-jax")
+    assert args == ["-m", "train.main", "--config=configs/qwen_tpu.py:7b",
+                    "--workdir=gs://bucket/run1", "--distributed=true",
+                    f"--config.data.tfds_dir={tmp_path}/genenv-tfds",
+                    "--config.task.verifier=f1",
+                    "--config.task.env_system_prompt=It's short."]
+    shell(stop)  # stops the job it started, found by its pid file
+    with pytest.raises(ProcessLookupError):
+      for _ in range(100):
+        os.kill(started, 0)
+        time.sleep(0.1)
+  finally:
+    if earlier.poll() is None:
+      earlier.kill()
+
+
+def _fields(config: ModelConfig) -> dict:
+  return {k: v for k, v in vars(config).items() if k not in COMPUTE_FIELDS}
+
+
+@pytest.mark.parametrize("size", ["0.5b", "1.5b", "7b"])
+def test_tpu_variants_have_the_preset_shapes_and_fitting_meshes(size):
+  config = qwen_tpu.get_config(size)
+  players = loop.build_players(config, types.SimpleNamespace(vocab_size=1000))
+  preset = get_preset(f"qwen2.5-{size}")
+  for model in (players.agent_model, players.env_model):
+    assert _fields(model) == _fields(preset)
+    assert (model.dtype, model.param_dtype) == ("bfloat16", "float32")
+    assert model.remat_policy != "none"
+  assert config.agent.learning_rate == 1e-6 and config.env.learning_rate == 5e-7
+  # Each sharded dimension divides its mesh axes.
+  mesh = config.mesh
+  assert -1 in (mesh.data, mesh.fsdp, mesh.tensor)
+  for dim in (preset.num_kv_heads, preset.num_heads, preset.vocab_size,
+              preset.intermediate_size):
+    assert dim % mesh.tensor == 0
+  if mesh.fsdp != -1:
+    assert preset.hidden_size % mesh.fsdp == 0
+  # Batches split evenly into GRPO minibatches and over the batch shards.
+  cc = config.coevolve
+  attempts = (cc.num_seeds * cc.variations + config.pool.replay_tasks) * cc.attempts
+  assert attempts % cc.agent_minibatches == 0
+  if -1 not in (mesh.data, mesh.fsdp):
+    shards = mesh.data * mesh.fsdp
+    assert (attempts // cc.agent_minibatches) % shards == 0
+    assert cc.num_seeds % shards == 0
+  assert 0 < cc.logprob_chunk_size < config.task.max_written_tokens
+
+
+def test_the_default_variant_is_7b_and_unknown_ones_are_named():
+  assert qwen_tpu.get_config().to_dict() == qwen_tpu.get_config("7b").to_dict()
+  with pytest.raises(ValueError, match="unknown variant '13b'"):
+    qwen_tpu.get_config("13b")
+
+
+def test_the_cpu_variant_builds_its_step(tmp_path, monkeypatch):
+  config = qwen_tpu.get_config("cpu")
+  make_tokenizer(tmp_path / "tokenizer")
+  config.task.tokenizer_dir = str(tmp_path / "tokenizer")
+  domain = get_domain(config.task)
+  players = loop.build_players(config, domain)
+  assert players.agent_model.vocab_size == domain.vocab_size
+  assert players.agent_model.remat_policy == "full"
+  mesh = sharding.make_mesh(dict(config.mesh))
+  # Zeros of the parameters' shapes: tracing the step needs no real weights.
+  params = jax.tree.map(
+      lambda x: np.zeros(x.shape, x.dtype),
+      jax.eval_shape(lambda key: nn.unbox(decoder.init_boxed(
+          players.agent_model, key)), jax.random.key(0)))
+  rows = domain.encode_tasks([q for q, _ in QA][:8], [a for _, a in QA][:8])
+  state, _ = loop.create_state(config, domain, players, params, params, rows,
+                               np.ones(len(rows), np.int32), mesh)
+  chunk_sizes = []
+  score = policy.response_logprobs
+
+  def recording(*args, **kwargs):
+    chunk_sizes.append(args[7] if len(args) > 7 else kwargs["chunk_size"])
+    return score(*args, **kwargs)
+
+  monkeypatch.setattr(policy, "response_logprobs", recording)
+  step = sharding.in_mesh(mesh, sharding.DEFAULT_RULES)(
+      coevolve.make_step(config, domain, players))
+  new_state, metrics = jax.eval_shape(step, state)
+  assert jax.tree.structure(new_state) == jax.tree.structure(state)
+  assert all(m.shape == () for m in metrics.values())
+  # The config's chunk reaches every scoring call: GRPO reference and update,
+  # the simulator's reference and update (the latter twice, for its KL cap).
+  assert len(chunk_sizes) >= 4 and set(chunk_sizes) == {4}
+
+
+DISTRIBUTED_PROBE = textwrap.dedent("""
+    import json, os, sys
+    import jax
+    from absl import flags
+    from train import main
+
+    calls = []
+    jax.distributed.initialize = lambda: calls.append(1)
+    cases = {
+        "auto, one host": ("auto", {"TPU_WORKER_HOSTNAMES": "10.0.0.2"}),
+        "auto, no variables": ("auto", {}),
+        "auto, two TPU hosts": ("auto", {"TPU_WORKER_HOSTNAMES": "h0,h1"}),
+        "auto, coordinator": ("auto", {"JAX_COORDINATOR_ADDRESS": "h0:1234"}),
+        "true": ("true", {}),
+        "false, two hosts": ("false", {"TPU_PROCESS_ADDRESSES": "h0:1,h1:1"}),
+    }
+    result = {name: main.maybe_initialize_distributed(mode, env)
+              for name, (mode, env) in cases.items()}
+    result["calls"] = len(calls)
+    # main() with the flags a pod worker gets, the driver stubbed out.
+    sys.modules["train.loop"] = type(sys)("train.loop")
+    sys.modules["train.loop"].train_and_evaluate = lambda config, workdir: {}
+    os.environ["TPU_WORKER_HOSTNAMES"] = "h0,h1"
+    flags.FLAGS(["train.main", "--workdir=unused"])
+    main.main(["train.main"])
+    result["calls_after_main"] = len(calls)
+    print(json.dumps(result))
+""")
+
+
+def test_train_main_initialises_multi_host_jax_only_on_several_hosts():
+  env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+  env.pop("JAX_COORDINATOR_ADDRESS", None)
+  out = subprocess.run([sys.executable, "-c", DISTRIBUTED_PROBE], cwd=ROOT,
+                       capture_output=True, text=True, env=env, timeout=120,
+                       check=False)
+  assert out.returncode == 0, out.stderr[-2000:]
+  result = json.loads(out.stdout.strip().splitlines()[-1])
+  assert result == {"auto, one host": False, "auto, no variables": False,
+                    "auto, two TPU hosts": True, "auto, coordinator": True,
+                    "true": True, "false, two hosts": False, "calls": 3,
+                    "calls_after_main": 4}

@@ -1,0 +1,196 @@
+"""Response log-probs: chunked scoring equals one-shot scoring and a reference
+built from the full logits, in values and gradients; no [N, R, V] array is
+formed, forward or backward, when chunked; bad inputs are named."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import flax.linen as nn
+import jax
+import jax.extend.core as jax_core
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from genenv_jax import policy
+from models.config import ModelConfig
+from models.decoder import forward, init_boxed, init_params
+
+# A prime vocabulary no other dimension equals, so vocab-wide arrays are found
+# by shape in a jaxpr.
+VOCAB = 61
+N, P, R = 3, 5, 7
+TEMPERATURE = 0.7
+
+
+def _config(tie_embeddings: bool) -> ModelConfig:
+  return ModelConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                     num_layers=1, num_heads=4, num_kv_heads=2, qkv_bias=True,
+                     tie_embeddings=tie_embeddings)
+
+
+@functools.lru_cache(maxsize=None)
+def _params(tie_embeddings: bool):
+  return init_params(_config(tie_embeddings), jax.random.key(0))
+
+
+def _abstract_params(tie_embeddings: bool):
+  """The parameters' shapes and dtypes (enough to trace a jaxpr)."""
+  return jax.eval_shape(
+      lambda key: nn.unbox(init_boxed(_config(tie_embeddings), key)),
+      jax.random.key(0))
+
+
+def _batch():
+  """Left-padded prompts (lengths 5, 3, 1) and responses whose masks are
+  prefixes of lengths 7, 4, 0."""
+  rng = np.random.default_rng(0)
+  prompt = rng.integers(0, VOCAB, (N, P)).astype(np.int32)
+  prompt_mask = np.arange(P)[None] >= P - np.array([5, 3, 1])[:, None]
+  response = rng.integers(0, VOCAB, (N, R)).astype(np.int32)
+  response_mask = np.arange(R)[None] < np.array([7, 4, 0])[:, None]
+  weights = rng.normal(size=(2, N, R)).astype(np.float32)
+  return prompt, prompt_mask, response, response_mask, weights
+
+
+def _reference_scores(config, params, prompt, prompt_mask, response,
+                      response_mask):
+  """The full [N, P+R, V] logits, sliced to the response, log-softmaxed."""
+  tokens = jnp.concatenate([prompt, response], axis=1)
+  mask = jnp.concatenate([prompt_mask, response_mask], axis=1)
+  logits = forward(config, params, tokens, mask)[:, P - 1:-1] / TEMPERATURE
+  log_probs = jax.nn.log_softmax(logits, axis=-1)
+  logp = jnp.take_along_axis(log_probs, response[..., None], axis=-1)[..., 0]
+  entropy = -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
+  return (jnp.where(response_mask, logp, 0.0),
+          jnp.where(response_mask, entropy, 0.0))
+
+
+def _objective(score_fn, params, batch):
+  """A weighted sum of log-probs and entropies, and the scores themselves."""
+  prompt, prompt_mask, response, response_mask, weights = batch
+  logp, entropy = score_fn(params, prompt, prompt_mask, response,
+                           response_mask)
+  return jnp.sum(weights[0] * logp) + jnp.sum(weights[1] * entropy), (
+      logp, entropy)
+
+
+def _run_compiled(fn, *args):
+  """jax.jit(fn)(*args), compiled without XLA's backend optimisations: they
+  take most of the compile time of these one-off CPU programs."""
+  compiled = jax.jit(fn).lower(*args).compile(
+      compiler_options={"xla_backend_optimization_level": 0})
+  return compiled(*args)
+
+
+def _chunked(config, chunk_size):
+  def score(params, *batch):
+    return tuple(policy.response_logprobs(config, params, *batch, TEMPERATURE,
+                                          chunk_size))
+  return score
+
+
+def test_chunked_values_and_gradients_match_the_full_logits():
+  # Tied embeddings: the embedding's gradient flows in through both ends.
+  config, params, batch = _config(True), _params(True), _batch()
+  chunk_size = 3  # chunks of 3, 3 and 1 positions cover R = 7
+  score_fns = (functools.partial(_reference_scores, config),
+               _chunked(config, 0), _chunked(config, chunk_size))
+
+  def all_gradients(params, batch):  # one program: the three share a trunk
+    return [jax.value_and_grad(functools.partial(_objective, fn),
+                               has_aux=True)(params, batch)
+            for fn in score_fns]
+
+  reference, full, chunked = _run_compiled(all_gradients, params, batch)
+  (_, (ref_logp, ref_entropy)), ref_grads = reference
+  (_, (full_logp, full_entropy)), full_grads = full
+  (_, (logp, entropy)), grads = chunked
+  np.testing.assert_allclose(full_logp, ref_logp, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(full_entropy, ref_entropy, rtol=1e-5, atol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4,
+                                                       atol=1e-6),
+               full_grads, ref_grads)
+  np.testing.assert_allclose(logp, full_logp, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(entropy, full_entropy, rtol=1e-6, atol=1e-6)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5,
+                                                       atol=1e-7),
+               grads, full_grads)
+  # Masked positions score zero; the log-probs are real probabilities.
+  _, _, _, response_mask, _ = batch
+  assert np.all(np.asarray(logp)[~response_mask] == 0.0)
+  assert np.all(np.asarray(logp)[response_mask] < 0.0)
+  assert np.all(np.asarray(entropy)[response_mask] > 0.0)
+
+
+def _vocab_rows(jaxpr) -> list[int]:
+  """For every array of rank >= 3 with a vocabulary-sized dimension in `jaxpr`
+  (sub-jaxprs included), its element count divided by VOCAB."""
+  rows = []
+
+  def visit(jaxpr):
+    for eqn in jaxpr.eqns:
+      for var in eqn.outvars:
+        shape = getattr(var.aval, "shape", ())
+        if len(shape) >= 3 and VOCAB in shape:
+          rows.append(math.prod(shape) // VOCAB)
+      for param in eqn.params.values():
+        for sub in param if isinstance(param, (tuple, list)) else (param,):
+          if isinstance(sub, jax_core.ClosedJaxpr):
+            visit(sub.jaxpr)
+          elif isinstance(sub, jax_core.Jaxpr):
+            visit(sub)
+
+  visit(jaxpr.jaxpr)
+  return rows
+
+
+@pytest.mark.parametrize("tie_embeddings", [True, False])
+def test_chunked_gradient_never_forms_response_by_vocab_arrays(tie_embeddings):
+  config, batch = _config(tie_embeddings), _batch()
+  params = _abstract_params(tie_embeddings)
+  chunk_size = 3
+
+  def largest(chunk):
+    jaxpr = jax.make_jaxpr(jax.grad(lambda p: _objective(
+        _chunked(config, chunk), p, batch)[0]))(params)
+    return max(_vocab_rows(jaxpr))
+
+  # One-shot scoring holds all N*R response positions' logits at once ...
+  assert largest(0) >= N * R
+  # ... chunked scoring at most one chunk's, in the forward pass and in the
+  # backward pass (stacked per-chunk residuals would count num_chunks times).
+  assert largest(chunk_size) == N * chunk_size
+
+
+def test_nll_loss_is_the_mean_masked_negative_log_prob():
+  config, params = _config(True), _params(True)
+  prompt, prompt_mask, response, response_mask, _ = _batch()
+
+  def scores_and_loss(params):
+    scores = policy.response_logprobs(config, params, prompt, prompt_mask,
+                                      response, response_mask)
+    return scores, policy.nll_loss(config, params, prompt, prompt_mask,
+                                   response, response_mask, chunk_size=2)
+
+  scores, loss = _run_compiled(scores_and_loss, params)
+  expected = -np.asarray(scores.logp)[response_mask].mean()
+  np.testing.assert_allclose(loss, expected, rtol=1e-6)
+
+
+def test_bad_inputs_are_named():
+  config, params = _config(True), _params(True)
+  prompt, prompt_mask, response, response_mask, _ = _batch()
+  score = functools.partial(policy.response_logprobs, config, params)
+  with pytest.raises(ValueError, match="chunk_size=-1"):
+    score(prompt, prompt_mask, response, response_mask, chunk_size=-1)
+  with pytest.raises(ValueError, match="prompt: expected"):
+    score(prompt[:, :0], prompt_mask[:, :0], response, response_mask)
+  with pytest.raises(ValueError, match="response: expected"):
+    score(prompt, prompt_mask, response[:2], response_mask[:2])
+  with pytest.raises(ValueError, match="response_mask shape"):
+    score(prompt, prompt_mask, response, response_mask[:, :3])
+  with pytest.raises(ValueError, match="prompt_mask shape"):
+    score(prompt, prompt_mask[:, :2], response, response_mask)
