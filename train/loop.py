@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import time
 
 from absl import logging
 from clu import metric_writers
 from clu import periodic_actions
+from etils import epath
 import flax.linen as nn
 import jax
 import numpy as np
@@ -121,6 +121,13 @@ def create_state(config, domain, players, agent_params, env_params,
   return jax.device_put(state, shardings), shardings
 
 
+def workdir_path(workdir: str) -> epath.Path:
+  """The workdir as a path: local (made absolute) or a cloud URI such as
+  gs://bucket/run, which every host of a multi-host job can reach."""
+  path = epath.Path(workdir)
+  return path if "://" in workdir else path.absolute()
+
+
 def _checkpoint_manager(workdir, config):
   """Keeps the latest `config.max_checkpoints` steps, and step 0 (the
   warm-started players) for good: stage 2 can be rerun from it with other
@@ -129,7 +136,7 @@ def _checkpoint_manager(workdir, config):
       checkpoint_managers.LatestN(config.max_checkpoints),
       checkpoint_managers.CustomSteps([0])])
   return ocp.CheckpointManager(
-      os.path.join(os.path.abspath(workdir), "checkpoints"),
+      workdir_path(workdir) / "checkpoints",
       options=ocp.CheckpointManagerOptions(preservation_policy=keep,
                                            create=True))
 
@@ -138,7 +145,7 @@ def _seed_data(config, domain, workdir: str) -> tuple[dict, dict]:
   """The seed data's train and test splits as {"task": int32[n, task_len]
   written-task rows, "difficulty": int32[n]}, through the domain's
   tensorflow-datasets builder (in config.data.tfds_dir, else <workdir>/tfds)."""
-  data_dir = config.data.tfds_dir or os.path.join(workdir, "tfds")
+  data_dir = config.data.tfds_dir or str(workdir_path(workdir) / "tfds")
   if config.task.name == "text":
     splits = text_datasets.load_seed_rows(config, domain, data_dir)
     for name, split in splits.items():
@@ -161,24 +168,27 @@ def _seed_data(config, domain, workdir: str) -> tuple[dict, dict]:
 
 def train_and_evaluate(config, workdir: str) -> dict:
   """Runs (or resumes) a whole job in workdir. Returns the run summary."""
-  os.makedirs(workdir, exist_ok=True)
+  chief = jax.process_index() == 0  # the one process that writes files
+  if chief:
+    workdir_path(workdir).mkdir(parents=True, exist_ok=True)
   start_time = time.time()
   rules = sharding.DEFAULT_RULES
   mesh = sharding.make_mesh(dict(config.mesh))
   domain = get_domain(config.task)
   players = build_players(config, domain)
-  with open(os.path.join(workdir, "config.json"), "w") as f:
-    f.write(config.to_json_best_effort(indent=2))
+  if chief:
+    (workdir_path(workdir) / "config.json").write_text(
+        config.to_json_best_effort(indent=2))
 
   train, test = _seed_data(config, domain, workdir)
   easy = np.flatnonzero(train["difficulty"] <= config.pool.base_max_difficulty)
   base = np.random.default_rng(config.data.seed).permutation(easy)[
       :config.pool.num_base]
 
-  jsonl = metrics_log.JsonlWriter(workdir)
+  jsonl = metrics_log.JsonlWriter(workdir) if chief else None
   writer = metric_writers.MultiWriter([
-      metric_writers.create_default_writer(
-          workdir, just_logging=jax.process_index() > 0), jsonl])
+      metric_writers.create_default_writer(workdir, just_logging=not chief)]
+      + ([jsonl] if chief else []))
   evaluate = heldout.HeldoutEval(
       domain, players.agent_model, test["task"], test["difficulty"], mesh,
       rules, config.curriculum.success_threshold)
@@ -208,7 +218,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
         lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
         state, shardings)
     state = ckpt.restore(latest, args=ocp.args.StandardRestore(target))
-    jsonl.truncate_after(latest)
+    if chief:
+      jsonl.truncate_after(latest)
 
   step_fn = coevolve.jit_step(coevolve.make_step(config, domain, players),
                               shardings, mesh, rules)
@@ -251,8 +262,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
       ckpt.save(step, args=ocp.args.StandardSave(state))
   ckpt.wait_until_finished()
   writer.flush()
+  if not chief:
+    return {}
   summary = run_report.write_report(workdir, config)
   summary["wall_time_s_this_process"] = time.time() - start_time
-  with open(os.path.join(workdir, "report", "summary.json"), "w") as f:
-    json.dump(summary, f, indent=2)
+  (workdir_path(workdir) / "report" / "summary.json").write_text(
+      json.dumps(summary, indent=2))
   return summary

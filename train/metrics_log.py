@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from typing import Any, Mapping
 
 from clu.metric_writers import interface
+from etils import epath
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -22,25 +22,32 @@ def _clean(value: Any):
 
 
 class JsonlWriter(interface.MetricWriter):
-  """Appends `{"step": s, name: value, ...}` lines to workdir/metrics.jsonl."""
+  """Keeps `{"step": s, name: value, ...}` lines in workdir/metrics.jsonl.
+
+  Each write replaces the file with a complete new version (written beside it,
+  then renamed over it), so the file is never half-written and the workdir may
+  be on object storage (gs://...) that cannot append.
+  """
 
   def __init__(self, workdir: str):
-    self.path = os.path.join(workdir, METRICS_FILE)
+    self.path = epath.Path(workdir) / METRICS_FILE
+    self._records = read_metrics(self.path)
 
   def truncate_after(self, step: int) -> None:
     """Drops records with step > `step` (written after the last checkpoint)."""
-    records = [r for r in read_metrics(self.path) if r["step"] <= step]
-    tmp = self.path + ".tmp"
-    with open(tmp, "w") as f:
-      for record in records:
-        f.write(json.dumps(record) + "\n")
-    os.replace(tmp, self.path)
+    self._records = [r for r in self._records if r["step"] <= step]
+    self._save()
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
     record = {"step": int(step)}
     record.update({k: _clean(v) for k, v in sorted(scalars.items())})
-    with open(self.path, "a") as f:
-      f.write(json.dumps(record) + "\n")
+    self._records.append(record)
+    self._save()
+
+  def _save(self) -> None:
+    tmp = self.path.parent / (self.path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in self._records))
+    tmp.replace(self.path)
 
   def write_summaries(self, step, values, metadata=None):
     pass
@@ -72,7 +79,8 @@ class JsonlWriter(interface.MetricWriter):
 
 def read_metrics(path: str) -> list[dict]:
   """All records of a metrics.jsonl file (empty list if it does not exist)."""
-  if not os.path.exists(path):
+  path = epath.Path(path)
+  if not path.exists():
     return []
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+  return [json.loads(line) for line in path.read_text().splitlines()
+          if line.strip()]

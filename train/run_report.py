@@ -7,9 +7,9 @@ Reads only workdir/metrics.jsonl, so it can be regenerated at any time:
 from __future__ import annotations
 
 import json
-import os
 import re
 
+from etils import epath
 import numpy as np
 
 from train import metrics_log
@@ -73,11 +73,12 @@ def plot(records, out_dir: str, alpha: float, band: float) -> list[str]:
   paths = []
 
   def save(fig, name):
-    path = os.path.join(out_dir, name)
+    path = epath.Path(out_dir) / name
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with path.open("wb") as f:
+      fig.savefig(f, format="png", dpi=110)
     plt.close(fig)
-    paths.append(path)
+    paths.append(str(path))
 
   fig, ax = plt.subplots(figsize=(7, 4))
   ax.axhspan(alpha - band, alpha + band, color="tab:green", alpha=0.15,
@@ -141,14 +142,13 @@ def plot(records, out_dir: str, alpha: float, band: float) -> list[str]:
 def write_report(workdir: str, config) -> dict:
   """Writes workdir/report/{*.png, summary.json}; returns the summary."""
   records = metrics_log.read_metrics(
-      os.path.join(workdir, metrics_log.METRICS_FILE))
-  out_dir = os.path.join(workdir, "report")
-  os.makedirs(out_dir, exist_ok=True)
+      epath.Path(workdir) / metrics_log.METRICS_FILE)
+  out_dir = epath.Path(workdir) / "report"
+  out_dir.mkdir(parents=True, exist_ok=True)
   alpha, band = config.curriculum.alpha, config.curriculum.band
   summary = summarize(records, alpha, band)
   summary["plots"] = plot(records, out_dir, alpha, band)
-  with open(os.path.join(out_dir, "summary.json"), "w") as f:
-    json.dump(summary, f, indent=2)
+  (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
   return summary
 
 
@@ -158,8 +158,8 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument("--workdir", required=True)
   workdir = parser.parse_args().workdir
-  with open(os.path.join(workdir, "config.json")) as f:
-    config = ml_collections.ConfigDict(json.load(f))
+  config = ml_collections.ConfigDict(json.loads(
+      (epath.Path(workdir) / "config.json").read_text()))
   print(json.dumps(write_report(workdir, config), indent=2))
 
 
