@@ -93,7 +93,10 @@ class PromptCache(NamedTuple):
   """Decoding context after prefill.
 
   Attributes:
-    cache: KVCache with k, v: [L, R, S, K, D]; slots [0, P) hold the prompt.
+    cache: KVCache over R rows and S slots, slots [0, P) holding the prompt;
+      per-layer tuples of [R, S, K, D] for an unscanned decoder (each decode
+      step then updates every layer's arrays in place), stacked
+      [L, R, S, K, D] for a scanned one.
     kv_mask: bool[R, S]; real prompt slots and every generation slot (slots
       after the current token are hidden by the causal mask).
     num_prompt_tokens: int32[R]; real tokens per prompt.
@@ -130,7 +133,8 @@ def prefill(model_config: ModelConfig, params, prompt_tokens: jax.Array,
   hidden, cache = model.apply(
       {"params": params}, prompt_tokens.astype(jnp.int32),
       decoder.positions_from_mask(prompt_mask), kv_mask,
-      decoder.init_cache(model_config, batch, prompt_length + max_new_tokens),
+      decoder.init_cache(model_config, batch, prompt_length + max_new_tokens,
+                         per_layer=not model_config.scan_layers),
       0, return_hidden=True)
   logits = model.apply({"params": params}, hidden[:, -1:],
                        method=decoder.Decoder.logits)[:, 0]
@@ -153,8 +157,9 @@ def repeat_rows(logits: jax.Array, prompt_cache: PromptCache,
   if num_samples == 1:
     return logits, prompt_cache
   repeat = functools.partial(jnp.repeat, repeats=num_samples)
-  cache = decoder.KVCache(repeat(prompt_cache.cache.k, axis=1),
-                          repeat(prompt_cache.cache.v, axis=1))
+  # Rows are axis 1 of stacked [L, B, S, K, D] and axis 0 of per-layer arrays.
+  cache = jax.tree.map(lambda x: repeat(x, axis=x.ndim - 4),
+                       prompt_cache.cache)
   return repeat(logits, axis=0), PromptCache(
       cache, repeat(prompt_cache.kv_mask, axis=0),
       repeat(prompt_cache.num_prompt_tokens, axis=0),

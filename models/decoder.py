@@ -14,6 +14,13 @@ same `apply` serves training (no cache), prefill and single-token decode.
 Attention works in "slots": token i of a call sits in slot `cache_index + i`;
 it sees every slot s <= its own whose `kv_mask[b, s]` is true. Without a cache
 the slots are the call's own tokens (S = T, cache_index = 0).
+
+The cache comes in two layouts (`KVCache`): stacked [L, B, S, K, D] arrays, or
+per-layer tuples of [B, S, K, D] arrays. An unscanned decoder writes a call's
+new entries into each per-layer array with one `dynamic_update_slice` and
+reads that array in place, so a decode loop carrying a per-layer cache copies
+none of it; a stacked cache is sliced per layer and restacked (one copy per
+call), or scanned over with `scan_layers`.
 """
 
 from __future__ import annotations
@@ -31,20 +38,33 @@ _NEG_INF = float(jnp.finfo(jnp.float32).min)
 
 
 class KVCache(NamedTuple):
-  """Per-layer keys and values: k, v: [L, B, S, K, D] (compute dtype)."""
-  k: jax.Array
-  v: jax.Array
+  """Keys and values of every layer (compute dtype), in one of two layouts:
+  stacked, k, v: [L, B, S, K, D]; or per layer, k, v: tuples of L arrays
+  [B, S, K, D]. A decoder call returns the layout it was given."""
+  k: jax.Array | tuple[jax.Array, ...]
+  v: jax.Array | tuple[jax.Array, ...]
 
 
 CACHE_AXES = ("layers", "batch", "cache_length", "kv_heads", "head_dim")
 
 
-def init_cache(config: ModelConfig, batch: int, length: int) -> KVCache:
-  """An all-zero cache with `length` slots for `batch` rows."""
-  shape = (config.num_layers, batch, length, config.num_kv_heads,
-           config.head_dim)
-  zeros = jnp.zeros(shape, jnp.dtype(config.dtype))
+def init_cache(config: ModelConfig, batch: int, length: int,
+               per_layer: bool = False) -> KVCache:
+  """An all-zero cache with `length` slots for `batch` rows, stacked or (with
+  per_layer) as tuples of per-layer arrays."""
+  shape = (batch, length, config.num_kv_heads, config.head_dim)
+  dtype = jnp.dtype(config.dtype)
+  if per_layer:
+    return KVCache(*(tuple(jnp.zeros(shape, dtype)
+                           for _ in range(config.num_layers))
+                     for _ in range(2)))
+  zeros = jnp.zeros((config.num_layers,) + shape, dtype)
   return KVCache(zeros, zeros)
+
+
+def is_per_layer(cache: KVCache) -> bool:
+  """Whether `cache` holds per-layer tuples rather than stacked arrays."""
+  return isinstance(cache.k, (tuple, list))
 
 
 def rope_frequencies(config: ModelConfig) -> jax.Array:
@@ -123,6 +143,34 @@ class Projection(nn.Module):
     return y
 
 
+def _attention_scores(q: jax.Array, keys: jax.Array) -> jax.Array:
+  """f32[B, K, G, T, S] scores of queries q: [B, T, K, G, D] against keys
+  [B, S, K, D].
+
+  With one query per row (decode) the products are summed over D in the keys'
+  own layout: a dot would first copy a whole cache into [B, K, S, D] order."""
+  if q.shape[1] == 1:
+    products = (q[:, 0, None].astype(jnp.float32)
+                * keys[:, :, :, None, :].astype(jnp.float32))
+    return jnp.sum(products, axis=-1).transpose(0, 2, 3, 1)[:, :, :, None]
+  return jnp.einsum("btkgd,bskd->bkgts", q, keys.astype(q.dtype),
+                    preferred_element_type=jnp.float32)
+
+
+def _attention_values(probs: jax.Array, values: jax.Array,
+                      dtype) -> jax.Array:
+  """[B, T, K, G, D] = probs f32[B, K, G, T, S] @ values [B, S, K, D] (summed
+  over S in the values' own layout for one query per row, as in
+  `_attention_scores`)."""
+  if probs.shape[3] == 1:
+    weights = probs[:, :, :, 0].transpose(0, 3, 1, 2)  # [B, S, K, G]
+    out = jnp.sum(weights[..., None]
+                  * values[:, :, :, None, :].astype(jnp.float32), axis=1)
+    return out[:, None].astype(dtype)
+  return jnp.einsum("bkgts,bskd->btkgd", probs.astype(dtype),
+                    values.astype(dtype))
+
+
 class Attention(nn.Module):
   config: ModelConfig
 
@@ -159,16 +207,13 @@ class Attention(nn.Module):
     b, t = x.shape[:2]
     s = key.shape[1]
     q = q.reshape(b, t, k, h // k, d)
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, key.astype(q.dtype),
-                        preferred_element_type=jnp.float32)
-    scores = scores / math.sqrt(d)
+    scores = _attention_scores(q, key) / math.sqrt(d)
     q_slot = cache_index + jnp.arange(t)
     causal = jnp.arange(s)[None, :] <= q_slot[:, None]  # [T, S]
     allowed = causal[None] & kv_mask[:, None, :]  # [B, T, S]
     scores = jnp.where(allowed[:, None, None], scores, _NEG_INF)
-    probs = jax.nn.softmax(scores, axis=-1).astype(cfg.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, val.astype(cfg.dtype))
-    out = out.reshape(b, t, h, d)
+    probs = jax.nn.softmax(scores, axis=-1)
+    out = _attention_values(probs, val, cfg.dtype).reshape(b, t, h, d)
     out = nn.with_logical_constraint(out, ("batch", "length", "heads",
                                            "head_dim"))
     y = Projection(cfg, (h, d), (e,), ("heads", "head_dim", "embed"),
@@ -258,7 +303,7 @@ class Decoder(nn.Module):
       positions: int32[B, T] RoPE positions (count of real tokens before).
       kv_mask: bool[B, S]: which key slots hold real tokens (S = T without a
         cache, the cache length with one).
-      cache: KVCache with k, v: [L, B, S, K, D], or None.
+      cache: KVCache (stacked or per-layer, see `KVCache`), or None.
       cache_index: int32 scalar, the slot of tokens[:, 0].
       return_hidden: return final-norm hidden states [B, T, E] instead of
         logits (for chunked log-prob computation via `logits`).
@@ -268,9 +313,13 @@ class Decoder(nn.Module):
     """
     x = self.embed(tokens)
     x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+    per_layer = cache is not None and is_per_layer(cache)
     if self.config.scan_layers:
+      if per_layer:
+        cache = KVCache(jnp.stack(cache.k), jnp.stack(cache.v))
       x, cache = self.layers(x, cache, positions, kv_mask, cache_index)
-      cache = None if cache is None else KVCache(*cache)
+      if cache is not None:
+        cache = KVCache(*(tuple(c) if per_layer else c for c in cache))
     else:
       new_k, new_v = [], []
       for i, layer in enumerate(self.layers):
@@ -280,7 +329,8 @@ class Decoder(nn.Module):
           new_k.append(layer_cache[0])
           new_v.append(layer_cache[1])
       if cache is not None:
-        cache = KVCache(jnp.stack(new_k), jnp.stack(new_v))
+        cache = (KVCache(tuple(new_k), tuple(new_v)) if per_layer else
+                 KVCache(jnp.stack(new_k), jnp.stack(new_v)))
     x = self.final_norm(x)
     if return_hidden:
       return x, cache

@@ -1,0 +1,142 @@
+"""train.bench: FLOP accounting, record schema and ratios, alternation, table;
+train.bench_step: the step benchmark's configuration and wide-answer domain.
+No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from models.config import ModelConfig, get_preset
+from train import bench
+from train import bench_step
+
+# L=2 blocks, E=4, F=6, H=2 query heads of D=2, K=1 kv head, V=10, untied.
+# Per block: q 4*2*2=16, k 4*1*2=8, v 8, o 2*2*4=16, MLP 3*4*6=72 -> 120
+# weights; output projection 4*10=40; N = 2*120 + 40 = 280.
+_HAND = ModelConfig(vocab_size=10, hidden_size=4, intermediate_size=6,
+                    num_layers=2, num_heads=2, num_kv_heads=1, head_dim=2)
+
+
+def test_forward_flops_count_matmul_weights_twice_plus_attention():
+  # Attention: 4 * L * H * D = 4 * 2 * 2 * 2 = 32 FLOPs per attended position.
+  assert bench.forward_flops_per_token(_HAND, context=0) == 2 * 280
+  assert bench.forward_flops_per_token(_HAND, context=5) == 2 * 280 + 32 * 5
+  assert bench.train_flops_per_token(_HAND, 5) == 3 * (2 * 280 + 32 * 5)
+
+
+def test_small_preset_matches_the_issue_figures():
+  small = get_preset("small")
+  # 8 blocks of 512*512*2 + 2*512*256 + 3*512*1408 weights, tied 512*32000.
+  assert small.num_matmul_params() == 8 * 2_949_120 + 16_384_000
+  context = bench.sampler_context(32, 32)
+  assert context == 47.5
+  flops = bench.forward_flops_per_token(small, context)
+  assert flops == 2 * 39_976_960 + 4 * 8 * 8 * 64 * 47.5
+  # At 190 GFLOP/s: "small sampling near 2,400 tok/s, fwd+bwd near 790".
+  assert 2300 < 190e9 / flops < 2400
+  train = bench.train_flops_per_token(small, bench.causal_context(64))
+  assert bench.causal_context(64) == 32.5
+  assert 780 < 190e9 / train < 800
+
+
+def test_throughput_record_ratios_read_ours_over_peer():
+  record = bench.make_record("sampler", "tiny", "tokens_per_s", 300.0,
+                             hf=100.0, tunix=150.0, limit=600.0, mode="sample")
+  assert record["ratio_hf"] == 3.0 and record["ratio_tunix"] == 2.0
+  assert record["frac_of_limit"] == 0.5
+  assert record["mode"] == "sample"
+  # Required keys in the issue's order first.
+  assert list(record)[:10] == ["bench", "size", "metric", "ours", "hf",
+                               "tunix", "ratio_hf", "ratio_tunix", "limit",
+                               "frac_of_limit"]
+  json.dumps(record)
+
+
+def test_time_record_ratios_read_peer_over_ours_and_absent_peers_drop_keys():
+  record = bench.make_record("step", "small", "seconds", 2.0, tunix=5.0,
+                             limit=0.5)
+  assert record["ratio_tunix"] == 2.5
+  assert record["frac_of_limit"] == 0.25
+  for key in ("hf", "ratio_hf"):
+    assert key not in record
+  bare = bench.make_record("peak", "2048", "gflops", 123.4)
+  assert set(bare) == {"bench", "size", "metric", "ours"}
+
+
+def test_unknown_metric_is_rejected_by_name():
+  with pytest.raises(ValueError, match="metric='tokens'"):
+    bench.make_record("sampler", "tiny", "tokens", 1.0)
+
+
+def test_sides_are_timed_alternately_and_a_failing_side_is_dropped(capsys):
+  calls = []
+
+  def side(name, fail_at=None):
+    def run(repeat):
+      if repeat == fail_at:
+        raise RuntimeError("worker gone")
+      calls.append((name, repeat))
+    return run
+
+  seconds = bench.time_alternately(
+      {"ours": side("ours"), "hf": side("hf"), "tunix": side("tunix", 2)}, 3)
+  assert calls == [("ours", 1), ("hf", 1), ("tunix", 1), ("ours", 2),
+                   ("hf", 2), ("ours", 3), ("hf", 3)]
+  assert set(seconds) == {"ours", "hf"}
+  assert "tunix failed" in capsys.readouterr().err
+
+
+def test_markdown_table_has_a_row_per_record_and_dashes_for_absent_peers(
+    tmp_path, capsys):
+  records = [bench.make_record("sampler", "tiny", "tokens_per_s", 300.0,
+                               hf=100.0, limit=600.0, mode="greedy"),
+             bench.make_record("step", "tiny", "seconds", 2.0, phase="step")]
+  table = bench.markdown_table(records).splitlines()
+  assert len(table) == 2 + len(records)
+  assert table[2].split(" | ")[1:9] == ["tiny", "greedy", "tokens_per_s",
+                                        "300", "100", "–", "3.00×", "–"]
+  assert table[2].endswith("| 50% |")
+  assert table[3].split(" | ")[2] == "step"
+  saved = tmp_path / "results.jsonl"
+  saved.write_text("".join(json.dumps(r) + "\n" for r in records))
+  bench.main(["table", str(saved)])
+  assert capsys.readouterr().out.strip().splitlines() == table
+
+
+def test_sizes_flag_rejects_unknown_presets():
+  with pytest.raises(SystemExit):
+    bench._parser().parse_args(["sampler", "--sizes", "tiny,huge"])
+
+
+def test_step_benchmark_uses_the_peers_agent_batch():
+  config = bench_step.step_config("small")
+  cc = config.coevolve
+  assert cc.num_seeds * cc.variations == 16 and cc.attempts == 4
+  assert config.pool.replay_tasks == 0
+  assert config.agent.model == config.env.model == "small"
+  assert config.agent.model_overrides.vocab_size == 32000
+
+
+def test_wide_answer_domain_pads_references_and_still_verifies():
+  domain = bench_step.WideAnswerDomain(max_digits=3)
+  assert domain.answer_len == bench_step.ANSWER_TOKENS
+  rows, _ = domain.random_tasks(np.random.default_rng(0), 4)
+
+  @jax.jit
+  def parse_and_verify(rows):
+    parsed = domain.parse(rows, rows != domain.pad_id)
+    # Exact answers, and answers whose first token is replaced by pad.
+    wrong = parsed.reference.at[:, 0].set(domain.pad_id)
+    return parsed, [domain.verify(response, parsed.reference_mask,
+                                  parsed.reference, parsed.reference_mask)
+                    for response in (parsed.reference, wrong)]
+
+  parsed, (exact, wrong) = parse_and_verify(rows)
+  assert parsed.reference.shape == (4, bench_step.ANSWER_TOKENS)
+  assert np.all(np.asarray(parsed.valid))
+  np.testing.assert_array_equal(exact, np.ones(4))
+  np.testing.assert_array_equal(wrong, np.zeros(4))

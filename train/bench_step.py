@@ -1,0 +1,226 @@
+"""The co-evolution step benchmark (`python -m train.bench step`).
+
+Both players are a random `tiny` or `small` preset (their own vocabularies)
+on one device. The agent batch matches the peers' GRPO step: 16 tasks x 4
+attempts x 32 new tokens (4 seeds x 4 variations written by the simulator,
+no replayed tasks, arithmetic answers given 32 columns); one GRPO epoch in one
+minibatch; the simulator is updated by RWR. Random weights seldom write valid
+tasks, which changes no shape and so no amount of work.
+
+Records (metric "seconds", ratios "> 1 = we are faster"):
+  phase "step": the whole step jitted as in training (`coevolve.jit_step`,
+    the state donated), with the number of compilations it took ("compiles");
+    no peer figure (the Tunix worker has no GRPO step);
+  phases "env_sample", "agent_sample", "verify_curriculum", "agent_update",
+    "env_update": the step's stages, each compiled on its own (they follow
+    `coevolve.make_step`; pools and metrics are left out).
+limit: the phase's FLOPs (`forward_flops_per_token` per token forward, 3x
+that per token trained) at the measured peak.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import statistics
+import time
+from typing import Iterator
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from configs import default
+from genenv_jax import coevolve
+from genenv_jax import curriculum
+from genenv_jax import policy
+from genenv_jax import pool as pool_lib
+from genenv_jax import sharding
+from genenv_jax.sampling import SamplingConfig, sample
+from genenv_jax.tasks.arithmetic import ArithmeticDomain
+from models import decoder
+from models.config import get_preset
+from train import bench
+from train import loop
+
+NUM_SEEDS, VARIATIONS, ATTEMPTS, ANSWER_TOKENS = 4, 4, 4, 32
+RULES = sharding.DEFAULT_RULES
+
+
+@dataclasses.dataclass(frozen=True)
+class WideAnswerDomain(ArithmeticDomain):
+  """Arithmetic tasks whose answers get `answer_width` columns: the agent
+  generates that many tokens per attempt (references are padded)."""
+  answer_width: int = ANSWER_TOKENS
+
+  @property
+  def answer_len(self) -> int:
+    return self.answer_width
+
+
+def step_config(size: str) -> ml_collections.ConfigDict:
+  """The demo config with both players at preset `size` and the peers' batch."""
+  config = default.get_config()
+  vocab = get_preset(size).vocab_size
+  for player in (config.agent, config.env):
+    player.model = size
+    player.model_overrides = ml_collections.ConfigDict(dict(vocab_size=vocab))
+  config.coevolve.update(num_seeds=NUM_SEEDS, variations=VARIATIONS,
+                         attempts=ATTEMPTS, agent_epochs=1,
+                         agent_minibatches=1)
+  config.pool.update(capacity=1024, num_base=256, replay_tasks=0,
+                     env_capacity=256)
+  return config
+
+
+def _median_seconds(fn, repeats: int) -> float:
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def _phase_flops(config, domain, players) -> dict[str, float]:
+  """FLOPs of each phase (see the module doc)."""
+  agent, env = players.agent_model, players.env_model
+  cc = config.coevolve
+  tasks = cc.num_seeds * cc.variations
+  attempts = tasks * cc.attempts
+  pe, length = domain.env_prompt_len, domain.task_len
+  p, r = domain.agent_prompt_len, domain.answer_len
+  fwd, train = bench.forward_flops_per_token, bench.train_flops_per_token
+  env_tokens = tasks * (pe + length)
+  agent_tokens = attempts * (p + r)
+  return {
+      "env_sample": (cc.num_seeds * pe * fwd(env, bench.causal_context(pe))
+                     + tasks * length
+                     * fwd(env, bench.sampler_context(pe, length))),
+      "agent_sample": (tasks * p * fwd(agent, bench.causal_context(p))
+                       + attempts * r * fwd(agent, bench.sampler_context(p, r))),
+      # Reference log-probs, then one epoch of forward + backward.
+      "agent_update": agent_tokens * (
+          fwd(agent, bench.causal_context(p + r))
+          + cc.agent_epochs * train(agent, bench.causal_context(p + r))),
+      # Reference log-probs, forward + backward, the KL-cap forward.
+      "env_update": env_tokens * (
+          2 * fwd(env, bench.causal_context(pe + length))
+          + train(env, bench.causal_context(pe + length))),
+  }
+
+
+def _phases(config, domain, players, mesh):
+  """The step's stages as separately jitted functions (see the module doc)."""
+  cc = config.coevolve
+  env_sampling = SamplingConfig(
+      max_new_tokens=domain.task_len, temperature=cc.env_temperature,
+      eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
+  agent_sampling = SamplingConfig(
+      max_new_tokens=domain.answer_len, temperature=cc.agent_temperature,
+      eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
+  repeat = functools.partial(jnp.repeat, repeats=cc.attempts, axis=0)
+
+  def env_sample(state: coevolve.CoevolveState):
+    seed_key, env_key = jax.random.split(state.rng)
+    seeds, _ = pool_lib.sample_tasks(state.pool, seed_key, cc.num_seeds)
+    prompt, prompt_mask = domain.env_prompt(seeds)
+    out = sample(players.env_model, state.env.params, prompt, prompt_mask,
+                 env_key, env_sampling, cc.variations)
+    return prompt, prompt_mask, out
+
+  def agent_sample(agent_params, env_out, key):
+    fresh = domain.parse(env_out.tokens, env_out.mask)
+    out = sample(players.agent_model, agent_params, fresh.prompt,
+                 fresh.prompt_mask, key, agent_sampling, cc.attempts)
+    return fresh, out
+
+  def verify_curriculum(fresh, agent_out):
+    rewards = domain.verify(agent_out.tokens, agent_out.mask,
+                            repeat(fresh.reference),
+                            repeat(fresh.reference_mask))
+    rewards = rewards.reshape(-1, cc.attempts)
+    cur = curriculum.compute(rewards, fresh.valid, config.curriculum,
+                             jnp.arange(rewards.shape[0]) // cc.variations,
+                             cc.num_seeds)
+    return rewards, cur
+
+  def agent_update(agent, fresh, agent_out, rewards, key):
+    batch = coevolve.grpo_batch(config, players, agent, fresh, agent_out,
+                                rewards)
+    return coevolve.agent_update(config, players, agent, batch, key)
+
+  def env_update(env, prompt, prompt_mask, env_out, fresh, cur):
+    gen_prompt = jnp.repeat(prompt, cc.variations, axis=0)
+    gen_mask = jnp.repeat(prompt_mask, cc.variations, axis=0)
+    ref_logp = policy.response_logprobs(
+        players.env_model, env.ref_params, gen_prompt, gen_mask,
+        env_out.tokens, env_out.mask, cc.env_temperature).logp
+    return coevolve.simulator_update(
+        config, players, env, gen_prompt, gen_mask, env_out.tokens,
+        env_out.mask, env_out.logprobs, ref_logp, fresh.valid, cur.reward,
+        cur.weights, cc.num_seeds, cc.variations)
+
+  jit = lambda fn: jax.jit(sharding.in_mesh(mesh, RULES)(fn))
+  return (jit(env_sample), jit(agent_sample), jit(verify_curriculum),
+          jit(agent_update), jit(env_update))
+
+
+def run(size: str, repeats: int, peak_gflops: float) -> Iterator[dict]:
+  """Times the whole step and its phases at preset `size`; yields records."""
+  config = step_config(size)
+  domain = WideAnswerDomain(max_digits=config.task.max_digits)
+  players = loop.build_players(config, domain)
+  mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
+  agent_key, env_key = jax.random.split(jax.random.PRNGKey(config.seed))
+  init = lambda model, key: sharding.sharded_init(
+      functools.partial(decoder.init_boxed, model), mesh, RULES, key)[0]
+  rows, difficulty = domain.random_tasks(np.random.default_rng(config.seed),
+                                         config.pool.num_base)
+  state, shardings = loop.create_state(
+      config, domain, players, init(players.agent_model, agent_key),
+      init(players.env_model, env_key), rows, difficulty, mesh)
+  flops = _phase_flops(config, domain, players)
+  limit = lambda phase_flops: phase_flops / (peak_gflops * 1e9)
+  details = dict(seeds=NUM_SEEDS, variations=VARIATIONS, attempts=ATTEMPTS,
+                 new_tokens=ANSWER_TOKENS, env_new_tokens=domain.task_len,
+                 repeats=repeats, backend=jax.default_backend())
+
+  # Phases first (the whole step donates the state it is given).
+  env_sample, agent_sample, verify_curriculum, agent_update, env_update = (
+      _phases(config, domain, players, mesh))
+  key = jax.random.PRNGKey(1)
+  prompt, prompt_mask, env_out = env_sample(state)
+  fresh, agent_out = agent_sample(state.agent.params, env_out, key)
+  rewards, cur = verify_curriculum(fresh, agent_out)
+  calls = {
+      "env_sample": lambda: env_sample(state),
+      "agent_sample": lambda: agent_sample(state.agent.params, env_out, key),
+      "verify_curriculum": lambda: verify_curriculum(fresh, agent_out),
+      "agent_update": lambda: agent_update(state.agent, fresh, agent_out,
+                                           rewards, key),
+      "env_update": lambda: env_update(state.env, prompt, prompt_mask,
+                                       env_out, fresh, cur),
+  }
+  for phase, call in calls.items():
+    jax.block_until_ready(call())
+    seconds = _median_seconds(call, repeats)
+    yield bench.make_record(
+        "step", size, "seconds", seconds,
+        limit=limit(flops[phase]) if phase in flops else None, phase=phase,
+        **details)
+
+  step = coevolve.jit_step(coevolve.make_step(config, domain, players),
+                           shardings, mesh, RULES)
+  holder = [step.fn(state)[0]]
+  jax.block_until_ready(holder[0])
+
+  def one_step():
+    holder[0], metrics = step.fn(holder[0])
+    return metrics
+
+  seconds = _median_seconds(one_step, repeats)
+  yield bench.make_record(
+      "step", size, "seconds", seconds, limit=limit(sum(flops.values())),
+      phase="step", compiles=step.trace_count(), **details)
