@@ -214,6 +214,18 @@ def simulator_update(config, players: Players, env: PlayerState, prompt,
   return env.replace(params=params, opt_state=opt_state), metrics
 
 
+def sampling_configs(config, domain: TaskDomain
+                     ) -> tuple[SamplingConfig, SamplingConfig]:
+  """(simulator, agent) sampling settings of the step: the simulator writes
+  up to task_len tokens, the agent answers in up to answer_len."""
+  cc = config.coevolve
+  stop = dict(eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
+  return (SamplingConfig(max_new_tokens=domain.task_len,
+                         temperature=cc.env_temperature, **stop),
+          SamplingConfig(max_new_tokens=domain.answer_len,
+                         temperature=cc.agent_temperature, **stop))
+
+
 def make_step(config, domain: TaskDomain, players: Players
               ) -> Callable[[CoevolveState], tuple[CoevolveState, dict]]:
   """Builds the pure co-evolution step `state -> (state, metrics)`.
@@ -227,12 +239,7 @@ def make_step(config, domain: TaskDomain, players: Players
                      f" expected one of {ENV_UPDATES}.")
   num_seeds, variations, attempts = cc.num_seeds, cc.variations, cc.attempts
   num_replay = config.pool.replay_tasks
-  env_sampling = SamplingConfig(
-      max_new_tokens=domain.task_len, temperature=cc.env_temperature,
-      eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
-  agent_sampling = SamplingConfig(
-      max_new_tokens=domain.answer_len, temperature=cc.agent_temperature,
-      eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
+  env_sampling, agent_sampling = sampling_configs(config, domain)
 
   def step(state: CoevolveState) -> tuple[CoevolveState, dict]:
     keys = jax.random.split(jax.random.fold_in(state.rng, state.step), 6)

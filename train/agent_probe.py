@@ -30,7 +30,7 @@ import orbax.checkpoint as ocp
 from genenv_jax import coevolve
 from genenv_jax import dispatch
 from genenv_jax import sharding
-from genenv_jax.sampling import SamplingConfig, sample
+from genenv_jax.sampling import sample
 from genenv_jax.tasks import get_domain
 from train import datasets
 from train import heldout
@@ -64,10 +64,7 @@ def _warm_agent_params(workdir: str, mesh):
 
 def _grpo_step(config, domain, players):
   attempts = config.coevolve.attempts
-  sampling_config = SamplingConfig(
-      max_new_tokens=domain.answer_len,
-      temperature=config.coevolve.agent_temperature,
-      eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
+  _, sampling_config = coevolve.sampling_configs(config, domain)
 
   @jax.jit
   def step(agent, rows, key):

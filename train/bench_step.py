@@ -37,7 +37,7 @@ from genenv_jax import curriculum
 from genenv_jax import policy
 from genenv_jax import pool as pool_lib
 from genenv_jax import sharding
-from genenv_jax.sampling import SamplingConfig, sample
+from genenv_jax.sampling import sample
 from genenv_jax.tasks.arithmetic import ArithmeticDomain
 from models import decoder
 from models.config import get_preset
@@ -114,12 +114,7 @@ def _phase_flops(config, domain, players) -> dict[str, float]:
 def _phases(config, domain, players, mesh):
   """The step's stages as separately jitted functions (see the module doc)."""
   cc = config.coevolve
-  env_sampling = SamplingConfig(
-      max_new_tokens=domain.task_len, temperature=cc.env_temperature,
-      eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
-  agent_sampling = SamplingConfig(
-      max_new_tokens=domain.answer_len, temperature=cc.agent_temperature,
-      eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
+  env_sampling, agent_sampling = coevolve.sampling_configs(config, domain)
   repeat = functools.partial(jnp.repeat, repeats=cc.attempts, axis=0)
 
   def env_sample(state: coevolve.CoevolveState):

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from genenv_jax.tasks.base import ParsedTasks, TaskDomain
+from genenv_jax.tasks.base import ParsedTasks, TaskDomain, check_rows
 
 PAD = 0
 BOS = 1
@@ -70,11 +70,6 @@ def _left_align(
   mask = source >= 0
   gathered = jnp.take_along_axis(rows, jnp.clip(source, 0, rows.shape[1] - 1), axis=1)
   return jnp.where(mask, gathered, PAD), mask
-
-
-def _check_rows(name: str, array: jax.Array, width: int) -> None:
-  if array.ndim != 2 or array.shape[1] != width:
-    raise ValueError(f"{name} must have shape [M, {width}], got {tuple(array.shape)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +147,7 @@ class ArithmeticDomain(TaskDomain):
       (tokens int32[M, env_prompt_len], mask bool[M, env_prompt_len]).
     """
     seeds = jnp.asarray(seed_tasks, jnp.int32)
-    _check_rows("seed_tasks", seeds, self.task_len)
+    check_rows("seed_tasks", seeds, self.task_len)
     ends = (seeds == EOS) | (seeds == PAD)
     content_len = jnp.where(ends.any(axis=1), jnp.argmax(ends, axis=1), self.task_len)
     content_len = jnp.minimum(content_len, self.task_len - 1)
@@ -181,8 +176,8 @@ class ArithmeticDomain(TaskDomain):
     """
     tokens = jnp.asarray(env_tokens, jnp.int32)
     mask = jnp.asarray(env_mask, bool)
-    _check_rows("env_tokens", tokens, self.task_len)
-    _check_rows("env_mask", mask, self.task_len)
+    check_rows("env_tokens", tokens, self.task_len)
+    check_rows("env_mask", mask, self.task_len)
     num_rows, width = tokens.shape
     columns = jnp.arange(width)[None, :]
 
@@ -295,7 +290,7 @@ class ArithmeticDomain(TaskDomain):
         ("reference", reference),
         ("reference_mask", reference_mask),
     ):
-      _check_rows(name, array, self.answer_len)
+      check_rows(name, array, self.answer_len)
     columns = jnp.arange(self.answer_len)[None, :]
     is_eos = (response == EOS) & response_mask
     eos_pos = jnp.argmax(is_eos, axis=1)

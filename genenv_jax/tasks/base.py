@@ -23,6 +23,12 @@ import jax
 import numpy as np
 
 
+def check_rows(name: str, array: jax.Array, width: int) -> None:
+  """Raises ValueError unless `array` (named `name`) has shape [M, width]."""
+  if array.ndim != 2 or array.shape[1] != width:
+    raise ValueError(f"{name} must have shape [M, {width}], got {tuple(array.shape)}")
+
+
 class ParsedTasks(NamedTuple):
   """What `TaskDomain.parse` reads from M simulator generations.
 

@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from genenv_jax.tasks import text_verifiers
-from genenv_jax.tasks.base import ParsedTasks, TaskDomain
+from genenv_jax.tasks.base import ParsedTasks, TaskDomain, check_rows
 
 SEED_SLOT = "{seed}"
 TASK_SLOT = "{task}"
@@ -189,11 +189,6 @@ def _contains(sequence: Sequence[int], pattern: Sequence[int]) -> bool:
   k = len(pattern)
   return any(tuple(sequence[i:i + k]) == tuple(pattern)
              for i in range(len(sequence) - k + 1))
-
-
-def _check_rows(name: str, array: jax.Array, width: int) -> None:
-  if array.ndim != 2 or array.shape[1] != width:
-    raise ValueError(f"{name} must have shape [M, {width}], got {tuple(array.shape)}")
 
 
 class TextDomain(TaskDomain):
@@ -390,7 +385,7 @@ class TextDomain(TaskDomain):
       (tokens int32[M, env_prompt_len], mask bool[M, env_prompt_len]), left-padded.
     """
     seeds = jnp.asarray(seed_tasks, jnp.int32)
-    _check_rows("seed_tasks", seeds, self.task_len)
+    check_rows("seed_tasks", seeds, self.task_len)
     num_rows = seeds.shape[0]
     ends = (seeds == self.eos_id) | (seeds == self.pad_id)
     seed_len = jnp.where(ends.any(axis=1), jnp.argmax(ends, axis=1), self.task_len)
@@ -442,8 +437,8 @@ class TextDomain(TaskDomain):
     """
     tokens = jnp.asarray(env_tokens, jnp.int32)
     mask = jnp.asarray(env_mask, bool)
-    _check_rows("env_tokens", tokens, self.task_len)
-    _check_rows("env_mask", mask, self.task_len)
+    check_rows("env_tokens", tokens, self.task_len)
+    check_rows("env_mask", mask, self.task_len)
     num_rows, width = tokens.shape
     columns = jnp.arange(width)[None, :]
     blank = text_verifiers.lookup(self.tables.blank, tokens, False)
@@ -522,7 +517,7 @@ class TextDomain(TaskDomain):
     arrays = (("response", response), ("response_mask", response_mask),
               ("reference", reference), ("reference_mask", reference_mask))
     for name, array in arrays:
-      _check_rows(name, jnp.asarray(array), self.answer_len)
+      check_rows(name, jnp.asarray(array), self.answer_len)
     if self.verifier == "exact":
       return text_verifiers.exact_match(response, response_mask, reference,
                                         reference_mask, self.eos_id, self.tables)
