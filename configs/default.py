@@ -65,6 +65,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       agent_steps=600,
       env_steps=200,
       batch_size=128,
+      # A run directory whose step-0 checkpoint (warm-started players, pools)
+      # this run starts stage 2 from instead of warm-starting; its config must
+      # agree on every field that shapes step 0. "" = warm-start here.
+      init_from="",
       learning_rate=3e-3,
       # Share of each level (1..max_digits) in the agent's lessons: mostly easy
       # tasks, a few harder ones, none of the hardest.
@@ -81,6 +85,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       env_temperature=1.0,
       agent_epochs=1,
       agent_minibatches=2,
+      # "online": the simulator writes each step's tasks from seeds of D_train;
+      # "static": the frozen warm-started simulator writes them from base-data
+      # seeds, so they form one fixed dataset independent of the agent.
+      generation="online",
+      seed_trim=0.0,         # > 0: seeds skip this fraction of the lowest- and
+                             # of the highest-scoring rows (by agent success)
   ))
 
   # The α-curriculum (paper: α = 0.5, k_min = 0.1, λ = 1; β not given).
@@ -121,6 +131,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       base_max_difficulty=2,  # ... among its tasks up to this level (the agent's base data)
       replay_tasks=8,        # pool tasks the agent also attempts each step
       env_capacity=2048,     # D_env rows (kept generations)
+      keep_generated="all",  # "all" valid generated tasks | "latest" step's only
   ))
 
   c.eval = ml_collections.ConfigDict(dict(
@@ -195,6 +206,22 @@ def _arm_frozen_env(c: ml_collections.ConfigDict) -> None:
   c.env_update.method = "none"
 
 
+def _arm_static(c: ml_collections.ConfigDict) -> None:
+  """The agent trains on a fixed dataset written once by the frozen
+  warm-started simulator, as many tasks as the online arms see."""
+  c.env_update.method = "none"
+  c.coevolve.generation = "static"
+
+
+def _arm_reference_code(c: ml_collections.ConfigDict) -> None:
+  """What the public reference code does: a frozen simulator, seeds that skip
+  the 10% lowest- and highest-scoring rows, and an agent pool of the base data
+  plus the latest generation only."""
+  c.env_update.method = "none"
+  c.coevolve.seed_trim = 0.1
+  c.pool.keep_generated = "latest"
+
+
 def _arm_uncertainty(c: ml_collections.ConfigDict) -> None:
   """RWR simulator rewarded by uncertainty 1 - 2|p̂ - ½| instead of α."""
   c.env_update.method = "rwr"
@@ -211,6 +238,8 @@ ARMS = {
     "genenv": _arm_genenv,
     "genenv_pg": _arm_genenv_pg,
     "frozen_env": _arm_frozen_env,
+    "static": _arm_static,
+    "reference_code": _arm_reference_code,
     "uncertainty": _arm_uncertainty,
     "learnability": _arm_learnability,
 }

@@ -32,6 +32,8 @@ from genenv_jax.tasks.base import ParsedTasks, TaskDomain
 from models.config import ModelConfig
 
 ENV_UPDATES = ("rwr", "pg", "none")
+GENERATIONS = ("online", "static")
+KEEP_GENERATED = ("all", "latest")
 
 
 @flax.struct.dataclass
@@ -237,6 +239,22 @@ def make_step(config, domain: TaskDomain, players: Players
   if config.env_update.method not in ENV_UPDATES:
     raise ValueError(f"config.env_update.method={config.env_update.method!r};"
                      f" expected one of {ENV_UPDATES}.")
+  if cc.generation not in GENERATIONS:
+    raise ValueError(f"config.coevolve.generation={cc.generation!r}; expected "
+                     f"one of {GENERATIONS}.")
+  if cc.generation == "static" and config.env_update.method != "none":
+    raise ValueError(
+        "config.coevolve.generation='static' takes its tasks from the frozen "
+        "warm-started simulator; it needs config.env_update.method='none', "
+        f"not {config.env_update.method!r}.")
+  if not 0.0 <= cc.seed_trim < 0.5:
+    raise ValueError(f"config.coevolve.seed_trim={cc.seed_trim} must lie in "
+                     "[0, 0.5).")
+  if config.pool.keep_generated not in KEEP_GENERATED:
+    raise ValueError(
+        f"config.pool.keep_generated={config.pool.keep_generated!r}; expected "
+        f"one of {KEEP_GENERATED}.")
+  static = cc.generation == "static"
   num_seeds, variations, attempts = cc.num_seeds, cc.variations, cc.attempts
   num_replay = config.pool.replay_tasks
   env_sampling, agent_sampling = sampling_configs(config, domain)
@@ -245,10 +263,19 @@ def make_step(config, domain: TaskDomain, players: Players
     keys = jax.random.split(jax.random.fold_in(state.rng, state.step), 6)
     seed_key, env_key, replay_key, agent_key, update_key, _ = keys
 
-    # 1. The simulator writes `variations` tasks per seed task.
-    seed_idx = pool_lib.sample_indices(state.pool, seed_key, num_seeds)
+    # 1. The simulator writes `variations` tasks per seed task. Static
+    # generation: seeds from the base data only and no summary signal, so with
+    # the simulator frozen, step t's tasks are a function of t alone: batch t
+    # of one fixed dataset, whatever the agent does.
+    if static:
+      seed_idx = pool_lib.sample_base_indices(state.pool, seed_key, num_seeds)
+      seed_success = jnp.full((num_seeds,), pool_lib.UNKNOWN_SUCCESS)
+    else:
+      seed_idx = pool_lib.sample_indices(state.pool, seed_key, num_seeds,
+                                         cc.seed_trim)
+      seed_success = state.pool.success[seed_idx]
     env_prompt, env_prompt_mask = domain.env_prompt(
-        state.pool.tasks[seed_idx], state.pool.success[seed_idx])
+        state.pool.tasks[seed_idx], seed_success)
     env_out = sample(players.env_model, state.env.params, env_prompt,
                      env_prompt_mask, env_key, env_sampling, variations)
     # 2. Parse what it wrote.
@@ -312,6 +339,8 @@ def make_step(config, domain: TaskDomain, players: Players
       new_pool = pool_lib.record_success(new_pool, replay_idx,
                                          task_success[num_fresh:],
                                          tasks.valid[num_fresh:])
+    if config.pool.keep_generated == "latest":
+      new_pool = pool_lib.drop_generated(new_pool)
     new_pool = pool_lib.add_tasks(new_pool, fresh.task, fresh.difficulty,
                                   fresh.valid, task_success[:num_fresh])
     new_env_pool = pool_lib.add_generations(

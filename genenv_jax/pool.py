@@ -107,9 +107,44 @@ def add_tasks(pool: TaskPool, tasks: jax.Array, difficulty: jax.Array,
                       total_added=pool.total_added + num)
 
 
-def sample_indices(pool: TaskPool, rng: jax.Array, n: int) -> jax.Array:
-  """int32[n] indices of rows drawn uniformly from the filled rows."""
-  return _uniform_rows(rng, pool.size, n)
+def sample_indices(pool: TaskPool, rng: jax.Array, n: int,
+                   trim: float = 0.0) -> jax.Array:
+  """int32[n] indices of rows drawn uniformly from the filled rows.
+
+  trim > 0 first sets aside, among the filled rows whose success rate is
+  known, the floor(trim·k) lowest- and the floor(trim·k) highest-scoring of
+  those k rows (ties broken at random); rows not yet attempted stay eligible.
+  With fewer than 1/trim scored rows nothing is set aside.
+  """
+  if not trim:
+    return _uniform_rows(rng, pool.size, n)
+  tie_key, draw_key = jax.random.split(rng)
+  rows = jnp.arange(pool.capacity)
+  filled = rows < pool.size
+  known = filled & (pool.success >= 0)
+  num_known = known.sum()
+  num_drop = jnp.floor(trim * num_known).astype(jnp.int32)
+  # Rank the scored rows by success, ties in random order; the rest rank last.
+  ties = jax.random.uniform(tie_key, (pool.capacity,))
+  order = jnp.lexsort((ties, jnp.where(known, pool.success, jnp.inf)))
+  rank = jnp.zeros((pool.capacity,), jnp.int32).at[order].set(rows)
+  tail = (rank < num_drop) | (rank >= num_known - num_drop)
+  eligible = filled & ~(known & tail)
+  return jax.random.categorical(
+      draw_key, jnp.where(eligible, 0.0, -jnp.inf), shape=(n,)
+  ).astype(jnp.int32)
+
+
+def sample_base_indices(pool: TaskPool, rng: jax.Array, n: int) -> jax.Array:
+  """int32[n] indices of rows drawn uniformly from the base data."""
+  return _uniform_rows(rng, pool.base_size, n)
+
+
+def drop_generated(pool: TaskPool) -> TaskPool:
+  """The pool with only its base data: the next add_tasks starts the
+  generated rows afresh (a pool of base data + the latest generation)."""
+  base = jnp.int32(pool.base_size)
+  return pool.replace(cursor=base, size=base)
 
 
 def sample_tasks(pool: TaskPool, rng: jax.Array, n: int):

@@ -13,11 +13,14 @@ after an interruption picks up where it stopped, and two sweeps pointed at one
 SWEEP_DIR share the runs they have in common (same name, same config). A
 workdir whose config.json differs from its run's config is reported as failed
 and left untouched. Exits non-zero, naming them, when runs failed.
+
+A sweep file with share_warmstart warm-starts once per seed, in
+SWEEP_DIR/_warmstart/s<seed> (a run of 0 co-evolution steps), and starts every
+run of that seed from those players once it has finished.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import datetime
 import json
@@ -27,7 +30,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from absl import app
 from absl import flags
@@ -37,6 +40,8 @@ from ml_collections import config_flags
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # sweep files import configs.*
   sys.path.insert(0, ROOT)
+
+from configs import flatten  # pylint: disable=g-import-not-at-top
 
 LOG_FILE = "log.txt"
 
@@ -49,6 +54,7 @@ class Run:
   config_flag: the --config value, e.g. "configs/default.py:smoke,frozen_env".
   overrides: the --config.<field>=<value> flags after it.
   config: the run's config, as train.main parses those flags.
+  requires: the name of the run whose output it starts from ("" = none).
   """
   name: str
   arm: str
@@ -56,22 +62,12 @@ class Run:
   config_flag: str
   overrides: tuple[str, ...]
   config: ml_collections.ConfigDict
+  requires: str = ""
 
   def command(self, sweep_dir: str, python: str = sys.executable) -> list[str]:
     """The command line that runs (or resumes) this run, from the repo root."""
     return [python, "-m", "train.main", f"--config={self.config_flag}",
             f"--workdir={os.path.join(sweep_dir, self.name)}", *self.overrides]
-
-
-def flatten(nested: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-  """{"a": {"b": 1}} -> {"a.b": 1}: the dotted field names of leaf values."""
-  flat = {}
-  for key, value in nested.items():
-    if isinstance(value, (Mapping, ml_collections.ConfigDict)):
-      flat.update(flatten(value, f"{prefix}{key}."))
-    else:
-      flat[f"{prefix}{key}"] = value
-  return flat
 
 
 def _flag_value(value: Any) -> str:
@@ -96,35 +92,67 @@ def parse_config(config_flag: str, overrides: tuple[str, ...]
   return flag_values.config
 
 
-def expand(sweep: ml_collections.ConfigDict) -> list[Run]:
+WARMSTART_DIR = "_warmstart"
+
+
+def _make_run(sweep: ml_collections.ConfigDict, where: str, name_of, arm: str,
+              seed: int, fields: dict[str, Any], requires: str = "") -> Run:
+  """The Run of one config: sweep.base_config with variants base_arg + arm
+  and the dotted `fields` set; `name_of(config)` names it."""
+  arg = ",".join(a for a in (sweep.base_arg, arm) if a)
+  overrides = tuple(f"--config.{name}={_flag_value(value)}"
+                    for name, value in fields.items())
+  config_flag = f"{sweep.base_config}:{arg}" if arg else sweep.base_config
+  try:
+    config = parse_config(config_flag, overrides)
+  except Exception as e:  # absl wraps a bad override in an IllegalFlagValue
+    raise ValueError(f"{where} ({arm or 'warm-start'}, seed {seed}): "
+                     f"{e}") from e
+  return Run(name_of(config), arm, seed, config_flag, overrides, config,
+             requires)
+
+
+def expand(sweep: ml_collections.ConfigDict, sweep_dir: str = ""
+           ) -> list[Run]:
   """The runs of a sweep config (see configs/sweeps/__init__.py), in order.
+
+  With sweep.share_warmstart, one warm-start-only run per seed
+  (SWEEP_DIR/_warmstart/s<seed>) comes first, and every run of that seed
+  starts co-evolution from its players (config.warmstart.init_from), so
+  sweep_dir must be given.
 
   Raises ValueError when two runs get the same name or a run's overrides do
   not fit the base config.
   """
-  runs = []
+  share = sweep.get("share_warmstart", False)
+  if share and not sweep_dir:
+    raise ValueError("sweep.share_warmstart: expand() needs the sweep_dir "
+                     "that holds the shared warm-start runs.")
+  warmstarts, runs = {}, []
   names = {}
   for i, spec in enumerate(sweep.runs):
-    arg = ",".join(a for a in (sweep.base_arg, spec.arm) if a)
     fields = flatten(sweep.overrides)
     fields.update(flatten(spec.overrides))
     fields["seed"] = spec.seed
-    overrides = tuple(f"--config.{name}={_flag_value(value)}"
-                      for name, value in fields.items())
-    config_flag = f"{sweep.base_config}:{arg}" if arg else sweep.base_config
-    try:
-      config = parse_config(config_flag, overrides)
-    except Exception as e:  # absl wraps a bad override in an IllegalFlagValue
-      raise ValueError(f"sweep.runs[{i}] ({spec.arm}, seed {spec.seed}): "
-                       f"{e}") from e
-    name = f"{spec.arm}_a{config.curriculum.alpha:g}_s{spec.seed}"
-    if name in names:
-      raise ValueError(f"sweep.runs[{i}] and sweep.runs[{names[name]}] are "
-                       f"both named {name!r}; runs need distinct arm, alpha "
-                       "or seed.")
-    names[name] = i
-    runs.append(Run(name, spec.arm, spec.seed, config_flag, overrides, config))
-  return runs
+    requires = ""
+    if share:
+      requires = os.path.join(WARMSTART_DIR, f"s{spec.seed}")
+      if requires not in warmstarts:
+        warmstarts[requires] = _make_run(
+            sweep, f"sweep.runs[{i}]'s warm-start", lambda _: requires, "",
+            spec.seed, dict(fields, **{"coevolve.num_steps": 0}))
+      fields["warmstart.init_from"] = os.path.join(sweep_dir, requires)
+    run = _make_run(
+        sweep, f"sweep.runs[{i}]",
+        lambda c: f"{spec.arm}_a{c.curriculum.alpha:g}_s{spec.seed}",
+        spec.arm, spec.seed, fields, requires)
+    if run.name in names:
+      raise ValueError(f"sweep.runs[{i}] and sweep.runs[{names[run.name]}] "
+                       f"are both named {run.name!r}; runs need distinct "
+                       "arm, alpha or seed.")
+    names[run.name] = i
+    runs.append(run)
+  return list(warmstarts.values()) + runs
 
 
 def is_finished(workdir: str, num_steps: int) -> bool:
@@ -153,9 +181,11 @@ def config_conflicts(workdir: str, config: ml_collections.ConfigDict
 def run_sweep(runs: list[Run], sweep_dir: str, parallel: int,
               dry_run: bool = False, echo: Callable[[str], None] = print
               ) -> list[str]:
-  """Runs the unfinished runs, `parallel` at a time; returns the names of the
-  failed ones. With dry_run, echoes their command lines instead."""
-  todo, failed = [], []
+  """Runs the unfinished runs, `parallel` at a time, each once the run it
+  requires has finished; returns the names of the failed ones (a run whose
+  required run failed fails too). With dry_run, echoes their command lines
+  instead."""
+  todo, failed, done = [], [], set()
   for run in runs:
     workdir = os.path.join(sweep_dir, run.name)
     conflicts = config_conflicts(workdir, run.config)
@@ -165,6 +195,7 @@ def run_sweep(runs: list[Run], sweep_dir: str, parallel: int,
       failed.append(run.name)
     elif is_finished(workdir, run.config.coevolve.num_steps):
       echo(f"# {run.name}: finished, skipped")
+      done.add(run.name)
     else:
       todo.append(run)
   echo(f"# {len(todo)} of {len(runs)} runs to run, from {ROOT}:")
@@ -176,12 +207,24 @@ def run_sweep(runs: list[Run], sweep_dir: str, parallel: int,
   env = dict(os.environ)
   env["PYTHONPATH"] = os.pathsep.join(
       p for p in (ROOT, env.get("PYTHONPATH")) if p)
-  pending = collections.deque(todo)
+  pending = list(todo)
   active = {}  # name -> (Popen, log file)
+
+  def next_ready() -> Run | None:
+    """The first pending run that can start (failing those that never can)."""
+    for run in list(pending):
+      if run.requires in failed:
+        pending.remove(run)
+        failed.append(run.name)
+        echo(f"FAILED {run.name}: it starts from {run.requires}, which failed")
+      elif not run.requires or run.requires in done:
+        pending.remove(run)
+        return run
+    return None
+
   try:
     while pending or active:
-      while pending and len(active) < parallel:
-        run = pending.popleft()
+      while len(active) < parallel and (run := next_ready()) is not None:
         workdir = os.path.join(sweep_dir, run.name)
         os.makedirs(workdir, exist_ok=True)
         cmd = run.command(sweep_dir)
@@ -192,6 +235,12 @@ def run_sweep(runs: list[Run], sweep_dir: str, parallel: int,
         active[run.name] = (subprocess.Popen(
             cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log)
         echo(f"started {run.name}")
+      if pending and not active:  # requires a run that is not in this sweep
+        for run in pending:
+          failed.append(run.name)
+          echo(f"FAILED {run.name}: it starts from {run.requires}, which is "
+               "neither finished nor in this sweep")
+        break
       time.sleep(1.0)
       for name, (proc, log) in list(active.items()):
         if proc.poll() is None:
@@ -203,6 +252,7 @@ def run_sweep(runs: list[Run], sweep_dir: str, parallel: int,
           echo(f"FAILED {name} (exit {proc.returncode}); see "
                f"{os.path.join(sweep_dir, name, LOG_FILE)}")
         else:
+          done.add(name)
           echo(f"finished {name}")
   finally:
     for proc, log in active.values():  # interrupted: stop what this started
@@ -232,7 +282,7 @@ def main(argv):
   # the sweep resumes them.
   signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
   sweep_dir = os.path.abspath(_SWEEP_DIR.value)
-  failed = run_sweep(expand(_SWEEP.value), sweep_dir, _PARALLEL.value,
+  failed = run_sweep(expand(_SWEEP.value, sweep_dir), sweep_dir, _PARALLEL.value,
                      _DRY_RUN.value)
   if failed:
     print(f"failed runs: {', '.join(failed)}", file=sys.stderr)

@@ -86,6 +86,57 @@ def test_sample_indices_match_sample_tasks():
   np.testing.assert_array_equal(np.asarray(pool.tasks[idx]), np.asarray(tasks))
 
 
+def _scored_pool(success):
+  """A pool of base rows 0..n-1 (row i holds value i) with these success
+  rates (UNKNOWN_SUCCESS for unscored rows), and 4 empty rows."""
+  n = len(success)
+  pool = pool_lib.create_task_pool(_rows(range(n)), np.ones(n, np.int32),
+                                   capacity=n + 4)
+  return pool.replace(success=pool.success.at[:n].set(jnp.array(success)))
+
+
+def _drawn(pool, trim, n=4000, seed=0):
+  idx = jax.jit(pool_lib.sample_indices, static_argnums=(2, 3))(
+      pool, jax.random.PRNGKey(seed), n, trim)
+  return set(np.asarray(idx).tolist())
+
+
+def test_trimmed_sampling_sets_aside_the_lowest_and_highest_scored_rows():
+  unknown = pool_lib.UNKNOWN_SUCCESS
+  # 20 scored rows with distinct rates (row 3 lowest, row 4 highest), 2 not
+  # yet attempted: a 10% trim sets aside 2 rows at each end.
+  rates = [0.5 + 0.01 * i for i in range(22)]
+  rates[3], rates[4], rates[5], rates[6] = 0.0, 1.0, 0.01, 0.99
+  rates[20], rates[21] = unknown, unknown
+  drawn = _drawn(_scored_pool(rates), 0.1)
+  assert drawn == set(range(22)) - {3, 4, 5, 6}
+  assert _drawn(_scored_pool(rates), 0.0) == set(range(22))
+
+
+def test_trimmed_sampling_breaks_ties_and_keeps_small_pools_whole():
+  # Ten rows with one rate: one of them at each end is set aside per draw.
+  drawn = _drawn(_scored_pool([0.5] * 10), 0.1)
+  assert len(drawn) == 8 and drawn < set(range(10))
+  # Nine scored rows: floor(0.9) = 0 set aside.
+  assert _drawn(_scored_pool([0.1 * i for i in range(9)]), 0.1) == set(range(9))
+
+
+def test_base_sampling_and_drop_generated_keep_to_the_base_data():
+  pool = pool_lib.create_task_pool(_rows([1, 2]), np.array([1, 1]), capacity=8)
+  pool = pool_lib.add_tasks(pool, jnp.asarray(_rows([10, 11, 12])),
+                            jnp.array([2, 2, 2]), jnp.ones(3, bool))
+  idx = pool_lib.sample_base_indices(pool, jax.random.PRNGKey(0), 200)
+  assert set(np.asarray(idx).tolist()) == {0, 1}
+  # Base + latest generation only: the next write starts at the base's end.
+  pool = jax.jit(pool_lib.add_tasks)(
+      pool_lib.drop_generated(pool), jnp.asarray(_rows([20, 21])),
+      jnp.array([2, 2]), jnp.ones(2, bool))
+  assert int(pool.size) == 4
+  np.testing.assert_array_equal(np.asarray(pool.tasks[:4, 0]), [1, 2, 20, 21])
+  tasks, _ = pool_lib.sample_tasks(pool, jax.random.PRNGKey(1), 300)
+  assert set(np.asarray(tasks[:, 0]).tolist()) == {1, 2, 20, 21}
+
+
 def test_task_pool_capacity_must_exceed_base():
   with pytest.raises(ValueError, match="config.pool.capacity"):
     pool_lib.create_task_pool(_rows([1, 2]), np.array([1, 1]), capacity=2)

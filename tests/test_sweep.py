@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+import configs
 from configs import default
 from configs.sweeps import alpha as alpha_sweep
 from configs.sweeps import arms as arms_sweep
@@ -29,6 +30,9 @@ _ARM_FIELDS = {
     "genenv": {"env_update.method": "rwr", "curriculum.reward": "alpha"},
     "genenv_pg": {"env_update.method": "pg", "curriculum.reward": "alpha"},
     "frozen_env": {"env_update.method": "none"},
+    "static": {"env_update.method": "none", "coevolve.generation": "static"},
+    "reference_code": {"env_update.method": "none", "coevolve.seed_trim": 0.1,
+                       "pool.keep_generated": "latest"},
     "uncertainty": {"env_update.method": "rwr",
                     "curriculum.reward": "uncertainty"},
     "learnability": {"env_update.method": "rwr",
@@ -37,7 +41,7 @@ _ARM_FIELDS = {
 
 
 def _flat(config):
-  return sweep.flatten(config.to_dict())
+  return configs.flatten(config.to_dict())
 
 
 def test_arm_registry_is_the_tested_set():
@@ -89,12 +93,26 @@ def test_bad_variant_names_arg_and_arms(arg, message):
     assert all(arm in text for arm in default.ARMS)
 
 
+def _without_warmstarts(runs):
+  return [r for r in runs if not r.name.startswith(sweep.WARMSTART_DIR)]
+
+
 def test_arms_sweep_expansion():
-  runs = sweep.expand(arms_sweep.get_config())
+  runs = sweep.expand(arms_sweep.get_config(), "/sweep")
+  warmstarts = runs[:len(arms_sweep.SEEDS)]
+  runs = runs[len(arms_sweep.SEEDS):]
+  # One warm-start-only run per seed first; every run starts from its seed's.
+  assert [w.name for w in warmstarts] == [
+      f"_warmstart/s{seed}" for seed in arms_sweep.SEEDS]
+  for w in warmstarts:
+    assert w.config.coevolve.num_steps == 0 and w.config.arm == ""
+  for run in runs:
+    assert run.requires == f"_warmstart/s{run.seed}"
+    assert run.config.warmstart.init_from == f"/sweep/_warmstart/s{run.seed}"
   assert len(runs) == len(default.ARMS) * len(arms_sweep.SEEDS)
   assert {r.name for r in runs} == {
       f"{arm}_a0.5_s{seed}" for arm in default.ARMS for seed in arms_sweep.SEEDS}
-  sizing = sweep.flatten(arms_sweep.OVERRIDES)
+  sizing = configs.flatten(arms_sweep.OVERRIDES)
   for run in runs:
     flat = _flat(run.config)
     assert flat["arm"] == run.arm and flat["seed"] == run.seed
@@ -105,7 +123,7 @@ def test_arms_sweep_expansion():
 
 
 def test_alpha_sweep_expansion_shares_the_genenv_runs():
-  runs = sweep.expand(alpha_sweep.get_config())
+  runs = _without_warmstarts(sweep.expand(alpha_sweep.get_config(), "/sweep"))
   assert len(runs) == len(alpha_sweep.ALPHAS) * len(arms_sweep.SEEDS)
   assert sorted(r.name for r in runs) == sorted(
       f"genenv_a{a:g}_s{s}" for a in alpha_sweep.ALPHAS for s in arms_sweep.SEEDS)
@@ -113,9 +131,12 @@ def test_alpha_sweep_expansion_shares_the_genenv_runs():
     assert f"_a{run.config.curriculum.alpha:g}_" in run.name
     assert f"--config.curriculum.alpha={run.config.curriculum.alpha!r}" in (
         run.overrides)
-  arms_runs = {r.name: r for r in sweep.expand(arms_sweep.get_config())}
+  arms_runs = {r.name: r for r in sweep.expand(arms_sweep.get_config(),
+                                               "/sweep")}
   shared = [r for r in runs if r.name in arms_runs]
   assert len(shared) == len(arms_sweep.SEEDS)
+  with pytest.raises(ValueError, match="needs the sweep_dir"):
+    sweep.expand(alpha_sweep.get_config())
   for run in shared:  # one workdir serves both sweeps
     assert run.config.to_dict() == arms_runs[run.name].config.to_dict()
 
@@ -221,3 +242,29 @@ def test_processes_log_and_failures_are_reported(tmp_path, monkeypatch):
   for run in runs:
     with open(tmp_path / run.name / sweep.LOG_FILE) as f:
       assert f"hello from {run.name}" in f.read()
+
+
+def test_runs_start_after_the_warm_start_they_require(tmp_path, monkeypatch):
+  config = make_sweep("smoke", {}, [("genenv", 0, {}), ("static", 0, {}),
+                                    ("genenv", 1, {})], share_warmstart=True)
+  runs = sweep.expand(config, str(tmp_path))
+  assert [r.name for r in runs] == [
+      "_warmstart/s0", "_warmstart/s1", "genenv_a0.5_s0", "static_a0.5_s0",
+      "genenv_a0.5_s1"]
+  # Seed 1's warm-start fails: its run fails without starting; seed 0's runs
+  # start only once their warm-start has finished.
+  exit_codes = {"_warmstart/s1": 4}
+  monkeypatch.setattr(
+      sweep.Run, "command",
+      lambda self, sweep_dir, python=sys.executable: [
+          python, "-c", "import time; time.sleep(0.5); "
+          f"raise SystemExit({exit_codes.get(self.name, 0)})"])
+  echoed = []
+  failed = sweep.run_sweep(runs, str(tmp_path), parallel=3, echo=echoed.append)
+  assert sorted(failed) == ["_warmstart/s1", "genenv_a0.5_s1"]
+  events = [e for e in echoed if not e.startswith("#")]
+  assert events.index("finished _warmstart/s0") < events.index(
+      "started genenv_a0.5_s0")
+  assert events.index("finished _warmstart/s0") < events.index(
+      "started static_a0.5_s0")
+  assert "started genenv_a0.5_s1" not in events

@@ -3,10 +3,12 @@
 import json
 import os
 
+from etils import epath
 import pytest
 
 from configs import default
 from train import agent_probe
+from train import init_from
 from train import loop
 from train import metrics_log
 
@@ -77,6 +79,38 @@ def test_stopped_and_resumed_run_gives_the_same_metrics(uninterrupted,
   resumed.data.tfds_dir = config.data.tfds_dir
   loop.train_and_evaluate(resumed, str(tmp_path))
   assert _computed(_read(str(tmp_path))) == _computed(_read(workdir))
+
+
+def test_run_started_from_another_runs_warm_start_matches_it(uninterrupted,
+                                                           tmp_path):
+  config, workdir, _ = uninterrupted
+  shared = default.get_config("smoke")
+  shared.data.tfds_dir = config.data.tfds_dir
+  shared.warmstart.init_from = workdir
+  loop.train_and_evaluate(shared, str(tmp_path))
+  # The same step 0 (warm-start metrics included) and so the same run.
+  assert _computed(_read(str(tmp_path))) == _computed(_read(workdir))
+  assert os.path.isdir(tmp_path / "checkpoints" / "0")
+
+
+def test_warm_start_from_a_run_with_other_step0_fields_is_refused(
+    uninterrupted, tmp_path):
+  config, workdir, _ = uninterrupted
+  other = default.get_config("smoke")
+  other.data.tfds_dir = config.data.tfds_dir
+  other.warmstart.init_from = workdir
+  other.curriculum.alpha = 0.3  # stage-2 fields may differ ...
+  assert not init_from.step0_conflicts(other, epath.Path(workdir))
+  other.warmstart.agent_steps += 1  # ... step-0 fields may not
+  other.seed = 5
+  with pytest.raises(ValueError) as info:
+    loop.train_and_evaluate(other, str(tmp_path))
+  message = str(info.value)
+  assert "config.warmstart.init_from" in message
+  assert "warmstart.agent_steps: 4 != 5" in message and "seed: 0 != 5" in message
+  assert not (tmp_path / "checkpoints" / "0").exists()
+  with pytest.raises(FileNotFoundError, match="not a run directory"):
+    init_from.step0_conflicts(other, epath.Path(tmp_path / "nowhere"))
 
 
 def test_warm_start_checkpoint_is_kept_beside_the_latest(uninterrupted):

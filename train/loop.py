@@ -33,6 +33,7 @@ from models import hf
 from models.config import get_preset
 from train import datasets
 from train import heldout
+from train import init_from as init_from_lib
 from train import metrics_log
 from train import run_report
 from train import text_datasets
@@ -200,7 +201,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
   env_params = _init_params(players.env_model, env_key, mesh, rules,
                             config.env.get("hf_dir", ""))
   latest = ckpt.latest_step()
-  if latest is None:
+  init_from = config.warmstart.init_from
+  if latest is None and not init_from:
     logging.info("Stage 1: warm-starting both players.")
     agent_params, env_params, ws_metrics = warmstart.warmstart(
         config, domain, players.agent_model, players.env_model, agent_params,
@@ -208,15 +210,20 @@ def train_and_evaluate(config, workdir: str) -> dict:
   state, shardings = create_state(config, domain, players, agent_params,
                                   env_params, train["task"][base],
                                   train["difficulty"][base], mesh)
+  target = jax.tree.map(
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+      state, shardings)
   if latest is None:
-    writer.write_scalars(0, dict(ws_metrics, **evaluate(state.agent.params)))
+    if init_from:
+      logging.info("Stage 1: the warm-started players of %s.", init_from)
+      state, step0_metrics = init_from_lib.restore_step0(config, target)
+    else:
+      step0_metrics = dict(ws_metrics, **evaluate(state.agent.params))
+    writer.write_scalars(0, step0_metrics)
     ckpt.save(0, args=ocp.args.StandardSave(state))
     ckpt.wait_until_finished()
   else:
     logging.info("Resuming from checkpoint at step %d.", latest)
-    target = jax.tree.map(
-        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-        state, shardings)
     state = ckpt.restore(latest, args=ocp.args.StandardRestore(target))
     if chief:
       jsonl.truncate_after(latest)

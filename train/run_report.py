@@ -34,12 +34,13 @@ def summarize(records, alpha: float, band: float) -> dict:
   """Figures the acceptance criteria read, computed from metrics records."""
   steps, success = _series(records, "env/success_rate")
   summary = {"alpha": alpha, "band": band}
+  if records:  # the latest step logged (0 for a warm-start-only run)
+    summary["last_step"] = max(int(r["step"]) for r in records)
   if len(steps):
     half = steps > steps.max() / 2
     in_band = np.abs(success - alpha) <= band + 1e-6
     summary.update({
         "num_logged_steps": int(len(steps)),
-        "last_step": int(steps.max()),
         "success_rate_first": float(success[0]),
         "success_rate_second_half_mean": float(success[half].mean()),
         "success_rate_last": float(success[-1]),

@@ -7,6 +7,9 @@ A sweep file's `get_config()` returns a ConfigDict (built with `make_sweep`):
   runs         list of ConfigDicts: arm (a name in configs.default.ARMS),
                seed (config.seed) and overrides (fields set in this run only;
                they win over the sweep's)
+  share_warmstart  whether runs of one seed start stage 2 from one shared
+               warm-start (config.warmstart.init_from) instead of each
+               warm-starting alone: identical players, a fraction of the time
 `launch/sweep.py` expands it into one `python -m train.main` command per run.
 """
 
@@ -19,13 +22,14 @@ import ml_collections
 
 def make_sweep(base_arg: str, overrides: Mapping,
                runs: Iterable[tuple[str, int, Mapping]],
-               base_config: str = "configs/default.py"
-               ) -> ml_collections.ConfigDict:
+               base_config: str = "configs/default.py",
+               share_warmstart: bool = False) -> ml_collections.ConfigDict:
   """A sweep config. overrides: nested {section: {field: value}} set in every
   run; runs: (arm, seed, nested per-run overrides) triples."""
   sweep = ml_collections.ConfigDict()
   sweep.base_config = base_config
   sweep.base_arg = base_arg
+  sweep.share_warmstart = share_warmstart
   sweep.overrides = ml_collections.ConfigDict(dict(overrides))
   sweep.runs = [
       ml_collections.ConfigDict(dict(

@@ -22,4 +22,5 @@ def get_config():
   return make_sweep(
       base_arg="", overrides=arms.OVERRIDES,
       runs=[("genenv", seed, {"curriculum": {"alpha": alpha}})
-            for seed in arms.SEEDS for alpha in ALPHAS])
+            for seed in arms.SEEDS for alpha in ALPHAS],
+      share_warmstart=True)

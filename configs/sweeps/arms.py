@@ -31,4 +31,5 @@ OVERRIDES = {
 def get_config():
   return make_sweep(
       base_arg="", overrides=OVERRIDES,
-      runs=[(arm, seed, {}) for seed in SEEDS for arm in default.ARMS])
+      runs=[(arm, seed, {}) for seed in SEEDS for arm in default.ARMS],
+      share_warmstart=True)

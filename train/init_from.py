@@ -1,0 +1,85 @@
+"""Starting stage 2 from another run's warm-started players.
+
+Every arm of a sweep at one seed warm-starts identically, so one run can do
+the warm-start and the others start co-evolution from its step-0 checkpoint
+(`config.warmstart.init_from`). The source's config.json must agree with this
+run's on every field that shapes step 0; the step-0 state and its metrics
+(warm-start losses, held-out accuracy) are taken over as they are.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from etils import epath
+import ml_collections
+import orbax.checkpoint as ocp
+
+from configs import flatten
+from train import metrics_log
+
+# Config fields (dotted prefixes) that shape a run's step-0 state: the seed
+# data, both players' architectures, the warm-start, and the pools' shapes
+# and base data.
+STEP0_FIELDS = (
+    "seed", "task.", "data.", "warmstart.",
+    "agent.model", "agent.hf_dir", "agent.model_overrides.",
+    "env.model", "env.hf_dir", "env.model_overrides.",
+    "pool.capacity", "pool.num_base", "pool.base_max_difficulty",
+    "pool.env_capacity",
+)
+_NOT_COMPARED = ("warmstart.init_from", "data.tfds_dir")
+
+
+def _step0_fields(flat: dict[str, Any]) -> dict[str, Any]:
+  return {k: v for k, v in flat.items()
+          if k not in _NOT_COMPARED
+          and any(k == p or (p.endswith(".") and k.startswith(p))
+                  for p in STEP0_FIELDS)}
+
+
+def step0_conflicts(config: ml_collections.ConfigDict,
+                    source: epath.Path) -> list[str]:
+  """Step-0 fields on which source/config.json and `config` disagree, each
+  as "field: source value != this run's value"."""
+  config_file = source / "config.json"
+  if not config_file.exists():
+    raise FileNotFoundError(
+        f"config.warmstart.init_from={str(source)!r}: no {config_file} (not "
+        "a run directory).")
+  theirs = _step0_fields(flatten(json.loads(config_file.read_text())))
+  ours = _step0_fields(flatten(json.loads(config.to_json_best_effort())))
+  return [f"{k}: {theirs.get(k)!r} != {ours.get(k)!r}"
+          for k in sorted(theirs.keys() | ours.keys())
+          if theirs.get(k) != ours.get(k)]
+
+
+def restore_step0(config: ml_collections.ConfigDict, target: Any
+                  ) -> tuple[Any, dict]:
+  """(state, step-0 metrics) of the run in config.warmstart.init_from.
+
+  Args:
+    target: this run's state as jax.ShapeDtypeStructs with shardings; the
+      source's checkpoint is restored into that layout.
+  """
+  source = epath.Path(config.warmstart.init_from)
+  conflicts = step0_conflicts(config, source)
+  if conflicts:
+    raise ValueError(
+        f"config.warmstart.init_from={str(source)!r}: that run's step 0 was "
+        f"made with a different config: {'; '.join(conflicts)}.")
+  manager = ocp.CheckpointManager(
+      source / "checkpoints",
+      options=ocp.CheckpointManagerOptions(read_only=True))
+  if 0 not in manager.all_steps():
+    raise FileNotFoundError(
+        f"config.warmstart.init_from={str(source)!r}: no step-0 checkpoint "
+        f"in {source / 'checkpoints'} (has that run finished its warm-start?).")
+  state = manager.restore(0, args=ocp.args.StandardRestore(target))
+  metrics = {}
+  for record in metrics_log.read_metrics(source / metrics_log.METRICS_FILE):
+    if record["step"] == 0:
+      metrics.update({k: v for k, v in record.items()
+                      if k != "step" and v is not None})
+  return state, metrics
