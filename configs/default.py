@@ -89,6 +89,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # "static": the frozen warm-started simulator writes them from base-data
       # seeds, so they form one fixed dataset independent of the agent.
       generation="online",
+      # Weights for decoding, laid out once per step: "gathered" (whole over
+      # the fsdp mesh axis: no weight gathers inside the decode loop) or
+      # "training" (decode reads the fsdp-sharded training layout).
+      sampling_layout="gathered",
       seed_trim=0.0,         # > 0: seeds skip this fraction of the lowest- and
                              # of the highest-scoring rows (by agent success)
   ))

@@ -29,6 +29,12 @@ What each size sets (everything else is configs/text.py):
   - coevolve.logprob_chunk_size: response positions whose logits [rows,
     chunk, 152k] are formed at once when scoring responses
     (genenv_jax/policy.py); smaller saves memory, larger feeds the MXU better.
+  - coevolve.sampling_layout="gathered" (from configs/default.py): once per
+    step each player's weights are gathered whole over fsdp (still split over
+    tensor) for decoding, so the decode loop does not gather them again at
+    every token. At 7B on a mesh with tensor=4 that copy is ~7.6 GB per chip
+    in float32 while sampling; "training" decodes from the fsdp shards
+    instead, when that memory is short.
   - scan_layers=False: the sampler then decodes with a per-layer KV cache
     updated in place (models/decoder.py); scanning compiles faster.
   - batches (all sizes): 16 seeds x 4 variations = 64 tasks written per step

@@ -14,8 +14,10 @@ pool tasks, T = M + Q agent tasks, G attempts per task, N = T·G attempts.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, NamedTuple
 
+import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -29,11 +31,13 @@ from genenv_jax import pool as pool_lib
 from genenv_jax import sharding
 from genenv_jax.sampling import SamplingConfig, sample
 from genenv_jax.tasks.base import ParsedTasks, TaskDomain
+from models import decoder
 from models.config import ModelConfig
 
 ENV_UPDATES = ("rwr", "pg", "none")
 GENERATIONS = ("online", "static")
 KEEP_GENERATED = ("all", "latest")
+SAMPLING_LAYOUTS = ("gathered", "training")
 
 
 @flax.struct.dataclass
@@ -216,6 +220,23 @@ def simulator_update(config, players: Players, env: PlayerState, prompt,
   return env.replace(params=params, opt_state=opt_state), metrics
 
 
+@functools.lru_cache(maxsize=16)
+def _logical_names(model: ModelConfig):
+  return sharding.logical_names(functools.partial(decoder.init_boxed, model),
+                                jax.random.PRNGKey(0))
+
+
+def params_for_sampling(model: ModelConfig, params, layout: str = "gathered"):
+  """A player's weights laid out for decoding, inside a function traced in a
+  mesh context: "gathered" makes them whole over the fsdp mesh axis (one
+  gather per call, none inside the decode loop), "training" leaves them as
+  trained."""
+  if layout == "training":
+    return params
+  rules = sharding.without_mesh_axis(nn.get_logical_axis_rules(), "fsdp")
+  return sharding.constrain(params, _logical_names(model), rules)
+
+
 def sampling_configs(config, domain: TaskDomain
                      ) -> tuple[SamplingConfig, SamplingConfig]:
   """(simulator, agent) sampling settings of the step: the simulator writes
@@ -254,7 +275,13 @@ def make_step(config, domain: TaskDomain, players: Players
     raise ValueError(
         f"config.pool.keep_generated={config.pool.keep_generated!r}; expected "
         f"one of {KEEP_GENERATED}.")
+  if cc.sampling_layout not in SAMPLING_LAYOUTS:
+    raise ValueError(f"config.coevolve.sampling_layout={cc.sampling_layout!r};"
+                     f" expected one of {SAMPLING_LAYOUTS}.")
   static = cc.generation == "static"
+  def for_sampling(model, params):
+    return params_for_sampling(model, params, cc.sampling_layout)
+
   num_seeds, variations, attempts = cc.num_seeds, cc.variations, cc.attempts
   num_replay = config.pool.replay_tasks
   env_sampling, agent_sampling = sampling_configs(config, domain)
@@ -276,8 +303,10 @@ def make_step(config, domain: TaskDomain, players: Players
       seed_success = state.pool.success[seed_idx]
     env_prompt, env_prompt_mask = domain.env_prompt(
         state.pool.tasks[seed_idx], seed_success)
-    env_out = sample(players.env_model, state.env.params, env_prompt,
-                     env_prompt_mask, env_key, env_sampling, variations)
+    env_out = sample(players.env_model,
+                     for_sampling(players.env_model, state.env.params),
+                     env_prompt, env_prompt_mask, env_key, env_sampling,
+                     variations)
     # 2. Parse what it wrote.
     fresh = domain.parse(env_out.tokens, env_out.mask)
     num_fresh = fresh.valid.shape[0]
@@ -290,8 +319,10 @@ def make_step(config, domain: TaskDomain, players: Players
       tasks = _concat_parsed(fresh, replay)
     else:
       tasks = fresh
-    agent_out = sample(players.agent_model, state.agent.params, tasks.prompt,
-                       tasks.prompt_mask, agent_key, agent_sampling, attempts)
+    agent_out = sample(players.agent_model,
+                       for_sampling(players.agent_model, state.agent.params),
+                       tasks.prompt, tasks.prompt_mask, agent_key,
+                       agent_sampling, attempts)
 
     # 4. Verify the responses (only the responses) against the references.
     repeat = lambda x: jnp.repeat(x, attempts, axis=0)

@@ -84,6 +84,41 @@ def make_mesh(mesh_shape: Mapping[str, int] | Sequence[int],
   return Mesh(np.asarray(devices).reshape(dims), MESH_AXES)
 
 
+def without_mesh_axis(rules: Rules, axis: str) -> tuple[tuple[str, Any], ...]:
+  """`rules` with mesh axis `axis` taken out of every entry.
+
+  Weights laid out by these rules are whole along the dimensions the original
+  rules split over `axis`: for sampling, weights sharded over "fsdp" for
+  training are gathered once, so a decode loop does not re-gather them at
+  every token.
+  """
+  def drop(axes):
+    if axes == axis:
+      return None
+    if isinstance(axes, (tuple, list)):
+      kept = tuple(a for a in axes if a != axis)
+      return kept if len(kept) > 1 else (kept[0] if kept else None)
+    return axes
+  return tuple((name, drop(axes)) for name, axes in rules)
+
+
+def logical_names(init_boxed: Callable[..., Any], *args):
+  """The logical axis names of each parameter `init_boxed(*args)` creates:
+  a tree of PartitionSpecs of names, shaped like the unboxed parameters
+  (nothing is computed)."""
+  return nn.get_partition_spec(jax.eval_shape(init_boxed, *args))
+
+
+def constrain(tree, names, rules: Rules):
+  """Lays out each array of `tree` per its logical `names` (from
+  `logical_names`) under `rules`, inside a function traced in a mesh context
+  (`in_mesh`)."""
+  return jax.tree.map(
+      lambda x, n: jax.lax.with_sharding_constraint(
+          x, logical_to_spec(tuple(n), rules)),
+      tree, names, is_leaf=lambda x: isinstance(x, PartitionSpec))
+
+
 def logical_to_spec(logical_axes: Sequence[str | None],
                     rules: Rules) -> PartitionSpec:
   """Maps a tuple of logical names to a PartitionSpec (unknown names replicate)."""

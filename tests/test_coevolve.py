@@ -1,5 +1,8 @@
 """The co-evolution step on the 8-device mesh, and the simulator update alone."""
 
+import functools
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -160,6 +163,24 @@ def test_rwr_moves_simulator_to_difficulty_where_success_is_near_alpha(
   assert after[i] == after.max(), (before, after)
 
 
+@functools.lru_cache(maxsize=1)
+def _warm_smoke_env():
+  """(seed rows, difficulties, simulator parameters on the host) of the smoke
+  simulator warm-started to write well-formed tasks."""
+  config = default.get_config("smoke")
+  domain = get_domain(config.task)
+  model = loop.build_players(config, domain).env_model
+  mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
+  rng = np.random.default_rng(0)
+  rows, difficulty = domain.random_tasks(rng, 2048)
+  env = loop._init_params(model, jax.random.PRNGKey(1), mesh, RULES)
+  env, _ = warmstart.train_supervised(
+      model, env, warmstart.env_data(domain, rows, difficulty, rng, 64 * 150, -1),
+      steps=150, batch_size=64, learning_rate=3e-3, seed=0, mesh=mesh,
+      rules=RULES)
+  return rows, difficulty, jax.device_get(env)
+
+
 def _arm_run(arm, agent_key, num_steps=3, extra_rows=0):
   """num_steps steps of an arm's step (smoke sizes, one device) with a
   simulator warm-started to write well-formed tasks, from a pool of 64 base
@@ -169,18 +190,12 @@ def _arm_run(arm, agent_key, num_steps=3, extra_rows=0):
   domain = get_domain(config.task)
   players = loop.build_players(config, domain)
   mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
-  rng = np.random.default_rng(0)
-  rows, difficulty = domain.random_tasks(rng, 2048)
-  env = loop._init_params(players.env_model, jax.random.PRNGKey(1), mesh, RULES)
-  env, _ = warmstart.train_supervised(
-      players.env_model, env,
-      warmstart.env_data(domain, rows, difficulty, rng, 64 * 150, -1),
-      steps=150, batch_size=64, learning_rate=3e-3, seed=0, mesh=mesh,
-      rules=RULES)
+  rows, difficulty, env = _warm_smoke_env()
   agent = loop._init_params(players.agent_model, jax.random.PRNGKey(agent_key),
                             mesh, RULES)
-  state, shardings = loop.create_state(config, domain, players, agent, env,
-                                       rows[:64], difficulty[:64], mesh)
+  state, shardings = loop.create_state(config, domain, players, agent,
+                                       jax.device_put(env), rows[:64],
+                                       difficulty[:64], mesh)
   if extra_rows:
     state = state.replace(pool=pool_lib.add_tasks(
         state.pool, rows[64:64 + extra_rows], difficulty[64:64 + extra_rows],
@@ -225,3 +240,56 @@ def test_static_generation_needs_a_frozen_simulator():
   domain = get_domain(config.task)
   with pytest.raises(ValueError, match="config.coevolve.generation='static'"):
     coevolve.make_step(config, domain, loop.build_players(config, domain))
+
+
+def _all_gathers_in_loops(hlo_text):
+  """The all-gather instructions inside while-loop bodies (and what they
+  call) of compiled HLO text."""
+  computations, current = {}, None
+  for line in hlo_text.splitlines():
+    header = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
+    if header:
+      current = header.group(1)
+      computations[current] = []
+    elif current is not None:
+      computations[current].append(line)
+  callees = lambda line: re.findall(
+      r"(?:calls|to_apply|body|condition|branch_computations)=\{?%?([\w.\-]+)",
+      line)
+  todo = [b for lines in computations.values() for line in lines
+          for b in re.findall(r"body=%?([\w.\-]+)", line)]
+  seen = set()
+  while todo:
+    name = todo.pop()
+    if name in seen or name not in computations:
+      continue
+    seen.add(name)
+    todo += [c for line in computations[name] for c in callees(line)]
+  return [line for name in seen for line in computations[name]
+          if " all-gather(" in line]
+
+
+def test_weights_gathered_for_sampling_leave_fewer_gathers_in_the_decode_loop():
+  run_config = default.get_config("smoke")
+  domain = get_domain(run_config.task)
+  model = loop.build_players(run_config, domain).agent_model.replace(
+      num_kv_heads=2, num_layers=2)
+  mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  params = loop._init_params(model, jax.random.PRNGKey(0), mesh, RULES)
+  prompt, prompt_mask = domain.env_prompt(
+      domain.random_tasks(np.random.default_rng(0), 8)[0])
+  config = SamplingConfig(max_new_tokens=5, eos_ids=(domain.eos_id,),
+                          pad_id=domain.pad_id)
+  tokens, in_loops = {}, {}
+  for layout in ("gathered", "training"):
+    fn = jax.jit(sharding.in_mesh(mesh, RULES)(
+        lambda p, key, layout=layout: sample(
+            model, coevolve.params_for_sampling(model, p, layout), prompt,
+            prompt_mask, key, config, 2).tokens))
+    key = jax.random.PRNGKey(1)
+    in_loops[layout] = _all_gathers_in_loops(
+        fn.lower(params, key).compile().as_text())
+    tokens[layout] = np.asarray(fn(params, key))
+  np.testing.assert_array_equal(tokens["gathered"], tokens["training"])
+  # Training layout: the embedding's fsdp shards are gathered at every token.
+  assert len(in_loops["gathered"]) < len(in_loops["training"]), in_loops
