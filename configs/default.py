@@ -58,7 +58,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         grad_clip=1.0,
     ))
 
-  c.agent = player(5e-4)
+  # Agent lr: 5e-4 halves held-out level-2 accuracy within 10 steps of GRPO
+  # (KL to the warm-started agent 0.27 at step 5); 1e-4 dips, then recovers.
+  c.agent = player(1e-4)
   c.env = player(3e-4)
 
   c.warmstart = ml_collections.ConfigDict(dict(
