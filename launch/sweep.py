@@ -117,9 +117,11 @@ def expand(sweep: ml_collections.ConfigDict, sweep_dir: str = ""
   """The runs of a sweep config (see configs/sweeps/__init__.py), in order.
 
   With sweep.share_warmstart, one warm-start-only run per seed
-  (SWEEP_DIR/_warmstart/s<seed>) comes first, and every run of that seed
+  (SWEEP_DIR/_warmstart/s<seed>: the base config with the sweep's overrides,
+  no arm, no per-run overrides) comes first, and every run of that seed
   starts co-evolution from its players (config.warmstart.init_from), so
-  sweep_dir must be given.
+  sweep_dir must be given. A run whose own overrides change its step 0 is
+  refused by train.main, naming the fields.
 
   Raises ValueError when two runs get the same name or a run's overrides do
   not fit the base config.
@@ -137,10 +139,11 @@ def expand(sweep: ml_collections.ConfigDict, sweep_dir: str = ""
     requires = ""
     if share:
       requires = os.path.join(WARMSTART_DIR, f"s{spec.seed}")
-      if requires not in warmstarts:
+      if requires not in warmstarts:  # the sweep's common fields only
         warmstarts[requires] = _make_run(
             sweep, f"sweep.runs[{i}]'s warm-start", lambda _: requires, "",
-            spec.seed, dict(fields, **{"coevolve.num_steps": 0}))
+            spec.seed, dict(flatten(sweep.overrides), seed=spec.seed,
+                            **{"coevolve.num_steps": 0}))
       fields["warmstart.init_from"] = os.path.join(sweep_dir, requires)
     run = _make_run(
         sweep, f"sweep.runs[{i}]",

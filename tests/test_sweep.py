@@ -139,6 +139,11 @@ def test_alpha_sweep_expansion_shares_the_genenv_runs():
     sweep.expand(alpha_sweep.get_config())
   for run in shared:  # one workdir serves both sweeps
     assert run.config.to_dict() == arms_runs[run.name].config.to_dict()
+  # So do the warm-starts, though the α sweep's first runs have α = 0.3.
+  warmstarts = {r.name: r for r in sweep.expand(alpha_sweep.get_config(),
+                                                "/sweep") if not r.requires}
+  for name, run in warmstarts.items():
+    assert run.config.to_dict() == arms_runs[name].config.to_dict()
 
 
 def test_smoke_sweep_expansion():
