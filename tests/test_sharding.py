@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from genenv_jax.sharding import (DEFAULT_RULES, check_divisible, in_mesh,
-                                 make_mesh, shard_batch, sharded_init)
+from genenv_jax.sharding import (DEFAULT_RULES, check_divisible, constrain,
+                                 in_mesh, logical_names, make_mesh,
+                                 shard_batch, sharded_init, without_mesh_axis)
 from models.config import get_preset
 from models.decoder import forward, init_boxed, init_params
 
@@ -235,3 +236,26 @@ def test_shard_batch_rejects_indivisible_batch():
   with pytest.raises(ValueError, match="tokens") as error:
     shard_batch({"tokens": np.zeros((6, 4), np.int32)}, mesh, DEFAULT_RULES)
   assert "size 6" in str(error.value)
+
+
+def test_without_mesh_axis_drops_only_that_axis():
+  rules = (("batch", ("data", "fsdp")), ("embed", "fsdp"), ("mlp", "tensor"),
+           ("both", ("fsdp", "tensor", "data")), ("length", None))
+  assert without_mesh_axis(rules, "fsdp") == (
+      ("batch", "data"), ("embed", None), ("mlp", "tensor"),
+      ("both", ("tensor", "data")), ("length", None))
+
+
+def test_constrain_lays_weights_out_by_their_logical_names():
+  config = get_preset("tiny", vocab_size=64, scan_layers=False)
+  mesh = make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  params, _ = sharded_init(functools.partial(init_boxed, config), mesh,
+                           DEFAULT_RULES, jax.random.PRNGKey(0))
+  names = logical_names(functools.partial(init_boxed, config),
+                        jax.random.PRNGKey(0))
+  gathered = jax.jit(in_mesh(mesh, DEFAULT_RULES)(lambda p: constrain(
+      p, names, without_mesh_axis(DEFAULT_RULES, "fsdp"))))(params)
+  kernel = gathered["layers_0"]["attn"]["q_proj"]["kernel"]
+  assert kernel.sharding.spec == P(None, "tensor")  # was P("fsdp", "tensor")
+  np.testing.assert_array_equal(
+      np.asarray(kernel), np.asarray(params["layers_0"]["attn"]["q_proj"]["kernel"]))
