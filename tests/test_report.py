@@ -132,6 +132,9 @@ def test_comparison_pairs_seeds(written):
            for s in range(3)]
   assert cells[4] == _expected(diffs)
   assert cells[5] == f"{sum(d > 0 for d in diffs)}/3"
+  level2 = [FINAL[("frozen_env", 0.5, s)][2] - FINAL[("genenv", 0.5, s)][2]
+            for s in range(3)]
+  assert cells[7] == _expected(level2)  # Δ d1, then Δ d2
 
 
 def test_alpha_table(written):

@@ -149,24 +149,34 @@ def results_table(groups) -> list[str]:
 
 def comparison_table(groups) -> list[str]:
   """Each arm minus the reference arm at the same α, paired by seed: mean ±
-  std of the per-seed differences in final held-out accuracy, and wins."""
+  std of the per-seed differences in final held-out accuracy, wins, and the
+  same differences per difficulty level."""
+  levels = _levels([r for runs in groups.values() for r in runs])
   rows = []
   for (arm, alpha), runs in groups.items():
     reference = {r.seed: r for r in groups.get((REFERENCE_ARM, alpha), [])}
     pairs = [(r, reference[r.seed]) for r in runs if r.seed in reference]
     if arm == REFERENCE_ARM or not pairs:
       continue
-    diffs = [r.summary["eval/accuracy_end"] - ref.summary["eval/accuracy_end"]
-             for r, ref in pairs]
-    wins = sum(d > 0 for d in diffs)
-    rows.append([arm, f"{alpha:g}", str(len(pairs)),
-                 ",".join(str(r.seed) for r, _ in pairs),
-                 format_mean_std(diffs),
-                 f"{wins}/{len(pairs)}"])
+
+    def diffs(key):
+      return [r.summary[key] - ref.summary[key] for r, ref in pairs
+              if key in r.summary and key in ref.summary]
+
+    overall = diffs("eval/accuracy_end")
+    wins = sum(d > 0 for d in overall)
+    row = [arm, f"{alpha:g}", str(len(pairs)),
+           ",".join(str(r.seed) for r, _ in pairs),
+           format_mean_std(overall), f"{wins}/{len(pairs)}"]
+    for d in levels:
+      level = diffs(f"eval/accuracy_d{d}_end")
+      row.append(format_mean_std(level) if level else "–")
+    rows.append(row)
   if not rows:
     return []
   return _table(["arm", "α", "n pairs", "seeds",
-                 f"Δ held-out acc. vs {REFERENCE_ARM}", "seeds better"], rows)
+                 f"Δ held-out acc. vs {REFERENCE_ARM}", "seeds better"]
+                + [f"Δ d{d}" for d in levels], rows)
 
 
 def alpha_arms(groups) -> dict[str, list[float]]:
