@@ -5,9 +5,8 @@
 
 Runs are sized as in configs/sweeps/arms.py (same overrides and seeds), so in
 the same sweep directory the α = 0.5 runs are the arms sweep's genenv runs and
-are not run twice. Time on the 2-core machine when idle, one run at a time:
-about 4.6 min a run, 41 min for all 9 runs, 28 min for the 6 beyond the arms
-sweep.
+are not run twice, and the warm-starts are shared too. Measured on the 2-core
+machine with --parallel=2: 9 min for the 6 runs beyond the arms sweep.
 """
 
 from __future__ import annotations

@@ -4,14 +4,12 @@
   python launch/sweep.py --sweep=configs/sweeps/alpha.py --sweep_dir=runs/sweep
   python -m train.report --sweep_dir=runs/sweep --out=docs/results
 
-Every run has the demo's agent, simulator and warm-start (the same for every
-arm at a given seed) and the same agent rollouts: 60 co-evolution steps of
-(8·4 + 8)·10 = 400 rollouts, 24,000 in all, held-out evaluation every 10 steps.
-Time on the 2-core machine when idle, one run at a time (from the demo's
-timings: about 3.9 min of start-up, data, warm-start and compilation, then
-0.7 s a step): about 4.6 min a run, so the 5 arms × 3 seeds take about 70 min;
-with the α sweep in the same directory (6 more runs) about 97 min, and about
-2 h once two more arms join ARMS.
+Every run has the demo's agent, simulator and warm-start (one shared
+warm-start per seed: every arm at a seed starts from the same players) and the
+same agent rollouts: 60 co-evolution steps of (8·4 + 8)·10 = 400 rollouts,
+24,000 in all, held-out evaluation every 10 steps. Measured on the 2-core
+machine with --parallel=2: the 3 warm-starts 16.5 min, the 21 runs 32.5 min;
+with the α sweep's 6 more runs (9 min) about 58 min in all.
 """
 
 from __future__ import annotations
