@@ -2,11 +2,15 @@
 # Installs what the tests need into .venv, then runs pytest on an 8-device CPU mesh.
 # Extra arguments pass through to pytest, e.g. ./launch/test.sh -k sampling -x, or
 # ./launch/test.sh tests/test_train.py (pytest.ini makes tests/ the default).
+# Test files are spread over TEST_WORKERS processes (default 2; 0 runs them in this one).
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 ensure_venv requirements-test.txt
 "$VENV/bin/python" -c "import bfcl_eval" 2>/dev/null || "$VENV/bin/pip" install -q --no-deps bfcl-eval==2026.3.23
 cd "$ROOT"
 export XLA_FLAGS="--xla_force_host_platform_device_count=8 ${XLA_FLAGS:-}"
 export JAX_PLATFORMS=cpu
+WORKERS="${TEST_WORKERS:-2}"
+PARALLEL=()
+[[ "$WORKERS" != 0 ]] && PARALLEL=(-n "$WORKERS" --dist loadfile)
 # sys-level capture, so that a fatal message from XLA's C++ side reaches the log.
-exec "$VENV/bin/python" -m pytest -q --capture=sys "$@"
+exec "$VENV/bin/python" -m pytest -q --capture=sys "${PARALLEL[@]}" "$@"

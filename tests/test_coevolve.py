@@ -1,8 +1,5 @@
 """The co-evolution step on the 8-device mesh, and the simulator update alone."""
 
-import functools
-import re
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,7 +8,6 @@ import pytest
 from configs import default
 from genenv_jax import coevolve
 from genenv_jax import curriculum
-from genenv_jax import pool as pool_lib
 from genenv_jax import sharding
 from genenv_jax.sampling import SamplingConfig, sample
 from genenv_jax.tasks import get_domain
@@ -161,135 +157,3 @@ def test_rwr_moves_simulator_to_difficulty_where_success_is_near_alpha(
   i = target_level - 1
   assert after[i] > before[i] + 0.2, (before, after)
   assert after[i] == after.max(), (before, after)
-
-
-@functools.lru_cache(maxsize=1)
-def _warm_smoke_env():
-  """(seed rows, difficulties, simulator parameters on the host) of the smoke
-  simulator warm-started to write well-formed tasks."""
-  config = default.get_config("smoke")
-  domain = get_domain(config.task)
-  model = loop.build_players(config, domain).env_model
-  mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
-  rng = np.random.default_rng(0)
-  rows, difficulty = domain.random_tasks(rng, 2048)
-  env = loop._init_params(model, jax.random.PRNGKey(1), mesh, RULES)
-  env, _ = warmstart.train_supervised(
-      model, env, warmstart.env_data(domain, rows, difficulty, rng, 64 * 150, -1),
-      steps=150, batch_size=64, learning_rate=3e-3, seed=0, mesh=mesh,
-      rules=RULES)
-  return rows, difficulty, jax.device_get(env)
-
-
-def _arm_run(arm, agent_key, num_steps=3, extra_rows=0):
-  """num_steps steps of an arm's step (smoke sizes, one device) with a
-  simulator warm-started to write well-formed tasks, from a pool of 64 base
-  rows and `extra_rows` generated ones. Returns (final state, per-step
-  metrics, the pool's rows before the first step)."""
-  config = default.get_config(f"smoke,{arm}")
-  domain = get_domain(config.task)
-  players = loop.build_players(config, domain)
-  mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
-  rows, difficulty, env = _warm_smoke_env()
-  agent = loop._init_params(players.agent_model, jax.random.PRNGKey(agent_key),
-                            mesh, RULES)
-  state, shardings = loop.create_state(config, domain, players, agent,
-                                       jax.device_put(env), rows[:64],
-                                       difficulty[:64], mesh)
-  if extra_rows:
-    state = state.replace(pool=pool_lib.add_tasks(
-        state.pool, rows[64:64 + extra_rows], difficulty[64:64 + extra_rows],
-        np.ones(extra_rows, bool)))
-  step = coevolve.jit_step(coevolve.make_step(config, domain, players),
-                           shardings, mesh, RULES)
-  history = []
-  for _ in range(num_steps):
-    state, metrics = step.fn(state)
-    history.append(jax.device_get(metrics))
-  return state, history, 64 + extra_rows
-
-
-def test_static_tasks_are_one_fixed_dataset_whatever_the_agent_and_pool():
-  # Another agent, and a pool that holds generated rows (seeds of an online
-  # simulator would come from them too): the same tasks are written.
-  state_a, history_a, start_a = _arm_run("static", agent_key=0)
-  state_b, history_b, start_b = _arm_run("static", agent_key=7, extra_rows=40)
-  added = int(state_a.pool.total_added)
-  assert added > 0  # well-formed tasks were written
-  assert int(state_b.pool.total_added) == added + 40
-  np.testing.assert_array_equal(
-      np.asarray(state_a.pool.tasks[start_a:start_a + added]),
-      np.asarray(state_b.pool.tasks[start_b:start_b + added]))
-  for a, b in zip(history_a, history_b):
-    assert a["env/difficulty_mean"] == b["env/difficulty_mean"]
-  # The agents differ, and so do their attempts.
-  assert any(a["agent/response_len"] != b["agent/response_len"]
-             for a, b in zip(history_a, history_b))
-
-
-def test_reference_code_pool_is_base_data_plus_the_latest_generation():
-  state, history, num_base = _arm_run("reference_code", agent_key=0)
-  generated = 8 * history[-1]["env/valid_frac"]  # smoke: 4 seeds x 2 tasks
-  assert int(state.pool.total_added) > round(generated) > 0
-  assert int(state.pool.size) == num_base + round(generated)
-
-
-def test_static_generation_needs_a_frozen_simulator():
-  config = default.get_config("smoke,static")
-  config.env_update.method = "rwr"
-  domain = get_domain(config.task)
-  with pytest.raises(ValueError, match="config.coevolve.generation='static'"):
-    coevolve.make_step(config, domain, loop.build_players(config, domain))
-
-
-def _all_gathers_in_loops(hlo_text):
-  """The all-gather instructions inside while-loop bodies (and what they
-  call) of compiled HLO text."""
-  computations, current = {}, None
-  for line in hlo_text.splitlines():
-    header = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
-    if header:
-      current = header.group(1)
-      computations[current] = []
-    elif current is not None:
-      computations[current].append(line)
-  callees = lambda line: re.findall(
-      r"(?:calls|to_apply|body|condition|branch_computations)=\{?%?([\w.\-]+)",
-      line)
-  todo = [b for lines in computations.values() for line in lines
-          for b in re.findall(r"body=%?([\w.\-]+)", line)]
-  seen = set()
-  while todo:
-    name = todo.pop()
-    if name in seen or name not in computations:
-      continue
-    seen.add(name)
-    todo += [c for line in computations[name] for c in callees(line)]
-  return [line for name in seen for line in computations[name]
-          if " all-gather(" in line]
-
-
-def test_weights_gathered_for_sampling_leave_fewer_gathers_in_the_decode_loop():
-  run_config = default.get_config("smoke")
-  domain = get_domain(run_config.task)
-  model = loop.build_players(run_config, domain).agent_model.replace(
-      num_kv_heads=2, num_layers=2)
-  mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
-  params = loop._init_params(model, jax.random.PRNGKey(0), mesh, RULES)
-  prompt, prompt_mask = domain.env_prompt(
-      domain.random_tasks(np.random.default_rng(0), 8)[0])
-  config = SamplingConfig(max_new_tokens=5, eos_ids=(domain.eos_id,),
-                          pad_id=domain.pad_id)
-  tokens, in_loops = {}, {}
-  for layout in ("gathered", "training"):
-    fn = jax.jit(sharding.in_mesh(mesh, RULES)(
-        lambda p, key, layout=layout: sample(
-            model, coevolve.params_for_sampling(model, p, layout), prompt,
-            prompt_mask, key, config, 2).tokens))
-    key = jax.random.PRNGKey(1)
-    in_loops[layout] = _all_gathers_in_loops(
-        fn.lower(params, key).compile().as_text())
-    tokens[layout] = np.asarray(fn(params, key))
-  np.testing.assert_array_equal(tokens["gathered"], tokens["training"])
-  # Training layout: the embedding's fsdp shards are gathered at every token.
-  assert len(in_loops["gathered"]) < len(in_loops["training"]), in_loops
