@@ -279,6 +279,7 @@ def make_step(config, domain: TaskDomain, players: Players
     raise ValueError(f"config.coevolve.sampling_layout={cc.sampling_layout!r};"
                      f" expected one of {SAMPLING_LAYOUTS}.")
   static = cc.generation == "static"
+
   def for_sampling(model, params):
     return params_for_sampling(model, params, cc.sampling_layout)
 
