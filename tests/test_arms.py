@@ -15,6 +15,8 @@ from genenv_jax.tasks import get_domain
 from train import loop
 from train import warmstart
 
+from tests import step_runs
+
 RULES = sharding.DEFAULT_RULES
 
 
@@ -55,12 +57,8 @@ def _arm_run(arm, agent_key, num_steps=3, extra_rows=0):
     state = state.replace(pool=pool_lib.add_tasks(
         state.pool, rows[64:64 + extra_rows], difficulty[64:64 + extra_rows],
         np.ones(extra_rows, bool)))
-  step = coevolve.jit_step(coevolve.make_step(config, domain, players),
-                           shardings, mesh, RULES)
-  history = []
-  for _ in range(num_steps):
-    state, metrics = step.fn(state)
-    history.append(jax.device_get(metrics))
+  state, history, _ = step_runs.run_steps(config, domain, players, state,
+                                          shardings, mesh, num_steps)
   return state, history, 64 + extra_rows
 
 

@@ -14,6 +14,8 @@ from genenv_jax.tasks import get_domain
 from train import loop
 from train import warmstart
 
+from tests import step_runs
+
 RULES = sharding.DEFAULT_RULES
 
 
@@ -37,13 +39,8 @@ def _run(config, mesh, num_steps):
   domain = get_domain(config.task)
   players = loop.build_players(config, domain)
   state, shardings = _state(config, domain, players, mesh)
-  step = coevolve.jit_step(coevolve.make_step(config, domain, players),
-                           shardings, mesh, RULES)
-  history = []
-  for _ in range(num_steps):
-    state, metrics = step.fn(state)
-    history.append(jax.device_get(metrics))
-  return state, history, step.trace_count()
+  return step_runs.run_steps(config, domain, players, state, shardings, mesh,
+                             num_steps)
 
 
 @pytest.fixture(scope="module")

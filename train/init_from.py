@@ -72,11 +72,13 @@ def restore_step0(config: ml_collections.ConfigDict, target: Any
   manager = ocp.CheckpointManager(
       source / "checkpoints",
       options=ocp.CheckpointManagerOptions(read_only=True))
-  if 0 not in manager.all_steps():
-    raise FileNotFoundError(
-        f"config.warmstart.init_from={str(source)!r}: no step-0 checkpoint "
-        f"in {source / 'checkpoints'} (has that run finished its warm-start?).")
-  state = manager.restore(0, args=ocp.args.StandardRestore(target))
+  with manager:
+    if 0 not in manager.all_steps():
+      raise FileNotFoundError(
+          f"config.warmstart.init_from={str(source)!r}: no step-0 checkpoint "
+          f"in {source / 'checkpoints'} (has that run finished its "
+          "warm-start?).")
+    state = manager.restore(0, args=ocp.args.StandardRestore(target))
   metrics = {}
   for record in metrics_log.read_metrics(source / metrics_log.METRICS_FILE):
     if record["step"] == 0:

@@ -26,7 +26,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from genenv_jax.tasks.base import ParsedTasks, TaskDomain, check_rows
+from genenv_jax.tasks.base import (ParsedTasks, TaskDomain, check_rows,
+                                   generation_rows)
 
 PAD = 0
 BOS = 1
@@ -174,10 +175,7 @@ class ArithmeticDomain(TaskDomain):
       rows, so every prompt attends to at least one token), reference int32[M,
       max_digits + 2] is the sum's digits then EOS (all pad for invalid rows).
     """
-    tokens = jnp.asarray(env_tokens, jnp.int32)
-    mask = jnp.asarray(env_mask, bool)
-    check_rows("env_tokens", tokens, self.task_len)
-    check_rows("env_mask", mask, self.task_len)
+    tokens, mask = generation_rows(env_tokens, env_mask, self.task_len)
     num_rows, width = tokens.shape
     columns = jnp.arange(width)[None, :]
 

@@ -20,6 +20,7 @@ import abc
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -27,6 +28,17 @@ def check_rows(name: str, array: jax.Array, width: int) -> None:
   """Raises ValueError unless `array` (named `name`) has shape [M, width]."""
   if array.ndim != 2 or array.shape[1] != width:
     raise ValueError(f"{name} must have shape [M, {width}], got {tuple(array.shape)}")
+
+
+def generation_rows(env_tokens, env_mask, task_len: int
+                    ) -> tuple[jax.Array, jax.Array]:
+  """What `TaskDomain.parse` receives, as (int32[M, task_len] tokens,
+  bool[M, task_len] mask); raises ValueError naming the wrong-shaped one."""
+  tokens = jnp.asarray(env_tokens, jnp.int32)
+  mask = jnp.asarray(env_mask, bool)
+  check_rows("env_tokens", tokens, task_len)
+  check_rows("env_mask", mask, task_len)
+  return tokens, mask
 
 
 class ParsedTasks(NamedTuple):

@@ -51,7 +51,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from genenv_jax.tasks import text_verifiers
-from genenv_jax.tasks.base import ParsedTasks, TaskDomain, check_rows
+from genenv_jax.tasks.base import (ParsedTasks, TaskDomain, check_rows,
+                                   generation_rows)
 
 SEED_SLOT = "{seed}"
 TASK_SLOT = "{task}"
@@ -435,10 +436,7 @@ class TextDomain(TaskDomain):
       pad; all pad and unmasked for invalid rows), task int32[M, task_len] (the text
       from the task delimiter, unspaced, to EOS, then pad; all pad for invalid rows).
     """
-    tokens = jnp.asarray(env_tokens, jnp.int32)
-    mask = jnp.asarray(env_mask, bool)
-    check_rows("env_tokens", tokens, self.task_len)
-    check_rows("env_mask", mask, self.task_len)
+    tokens, mask = generation_rows(env_tokens, env_mask, self.task_len)
     num_rows, width = tokens.shape
     columns = jnp.arange(width)[None, :]
     blank = text_verifiers.lookup(self.tables.blank, tokens, False)
