@@ -143,7 +143,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.eval = ml_collections.ConfigDict(dict(
       every_steps=20,     # held-out accuracy per difficulty (greedy)
   ))
-  c.log_every = 5
+  c.log_every = 5           # each logged step metric is its mean over these steps
   c.checkpoint_every = 40
   c.max_checkpoints = 2
   c.profile_first_step = 0  # > 0: a jax.profiler trace of 3 steps from this step

@@ -1,8 +1,13 @@
 """metrics.jsonl: complete rewrites (no appends, no partial files), reopening,
-truncation on resume, and the workdir path helper."""
+truncation on resume, the window that averages step metrics, and the workdir
+path helper."""
 import json
 
+import jax.numpy as jnp
 import numpy as np
+import pytest
+
+from configs import default
 
 from train import loop
 from train import metrics_log
@@ -22,6 +27,30 @@ def test_writer_rewrites_whole_file_and_reopens(tmp_path):
   reopened.write_scalars(2, {"a": 3.0})
   assert metrics_log.read_metrics(str(tmp_path / "metrics.jsonl")) == [
       {"step": 1, "a": 1.0, "b": 2.0}, {"step": 2, "a": 3.0}]
+
+
+def test_window_logs_means_of_its_steps_and_latest_gauges():
+  window = metrics_log.StepMetricsWindow()
+  for success, size in ((0.2, 10), (0.5, 20), (0.8, 30)):
+    window.add({"env/success_rate": jnp.float32(success),
+                "pool/size": jnp.int32(size)})
+  assert len(window) == 3
+  logged = window.mean()
+  assert logged["env/success_rate"] == pytest.approx(0.5)
+  assert logged["pool/size"] == 30
+  assert len(window) == 0  # the next window starts empty
+  window.add({"env/success_rate": jnp.float32(1.0), "pool/size": jnp.int32(7)})
+  assert window.mean() == {"env/success_rate": 1.0, "pool/size": 7}
+  with pytest.raises(ValueError, match="no step was added"):
+    window.mean()
+
+
+def test_checkpoints_off_the_log_windows_are_refused(tmp_path):
+  config = default.get_config("smoke")
+  config.log_every, config.checkpoint_every = 2, 3
+  with pytest.raises(ValueError, match="checkpoint_every=3 must be a multiple "
+                     "of config.log_every=2"):
+    loop.train_and_evaluate(config, str(tmp_path))
 
 
 def test_read_metrics_of_missing_file_is_empty(tmp_path):

@@ -169,6 +169,13 @@ def _seed_data(config, domain, workdir: str) -> tuple[dict, dict]:
 
 def train_and_evaluate(config, workdir: str) -> dict:
   """Runs (or resumes) a whole job in workdir. Returns the run summary."""
+  if config.log_every < 1 or config.checkpoint_every % config.log_every:
+    # A logged value is the mean over the steps since the last log; a resumed
+    # run must start at a window's start to log the same values.
+    raise ValueError(
+        f"config.checkpoint_every={config.checkpoint_every} must be a multiple "
+        f"of config.log_every={config.log_every} (>= 1): logged metrics are "
+        "means over log_every steps, and a run resumes from a checkpoint.")
   chief = jax.process_index() == 0  # the one process that writes files
   if chief:
     workdir_path(workdir).mkdir(parents=True, exist_ok=True)
@@ -241,6 +248,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
         first_profile=config.profile_first_step, every_secs=None))
   logging.info("Stage 2: co-evolution, steps %d..%d.", first + 1, num_steps)
   window = dispatch.DispatchWindow()
+  step_metrics = metrics_log.StepMetricsWindow()
   for step in range(first + 1, num_steps + 1):
     log_now = step % config.log_every == 0 or step == num_steps
     if log_now:  # time this step alone, not the steps still queued before it
@@ -249,8 +257,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
       tick = time.perf_counter()
       state, metrics = step_fn.fn(state)
       window.push(metrics)
+      step_metrics.add(metrics)
       if log_now:
-        metrics = jax.device_get(metrics)
+        metrics = step_metrics.mean()
         metrics["perf/step_time_s"] = time.perf_counter() - tick
         metrics["perf/compiles"] = step_fn.trace_count()
         writer.write_scalars(step, metrics)

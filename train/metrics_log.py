@@ -1,4 +1,5 @@
-"""`metrics.jsonl`: one JSON object per logged step, as a clu MetricWriter.
+"""`metrics.jsonl`: one JSON object per logged step, as a clu MetricWriter,
+and the window that turns per-step metrics into the logged values.
 
 On resume the file is cut back to the restored step, so a resumed run's file
 reads exactly like an uninterrupted run's.
@@ -12,8 +13,57 @@ from typing import Any, Mapping
 
 from clu.metric_writers import interface
 from etils import epath
+import jax
+import jax.numpy as jnp
 
 METRICS_FILE = "metrics.jsonl"
+
+
+# Metrics that describe the state after the step (sizes of the pools), logged
+# as of the logged step rather than averaged over the window.
+GAUGE_PREFIXES = ("pool/",)
+
+
+@jax.jit
+def _add(total, metrics):
+  return jax.tree.map(jnp.add, total, metrics)
+
+
+class StepMetricsWindow:
+  """The mean of each step metric over the steps since the last log.
+
+  Each step's metrics (a dict of scalar device arrays) are summed on the
+  device, so the host does not wait for a step to finish to record it; `mean`
+  fetches the sums once per log. Names starting with a GAUGE_PREFIXES entry
+  keep the value of the latest step instead.
+  """
+
+  def __init__(self):
+    self._total = None
+    self._latest = None
+    self._count = 0
+
+  def add(self, metrics: Mapping[str, jax.Array]) -> None:
+    metrics = dict(metrics)
+    self._total = metrics if self._total is None else _add(self._total,
+                                                           metrics)
+    self._latest = metrics
+    self._count += 1
+
+  def __len__(self) -> int:
+    return self._count
+
+  def mean(self) -> dict[str, float]:
+    """{name: mean over the window (latest value for gauges)}; empties it."""
+    if not self._count:
+      raise ValueError("StepMetricsWindow.mean: no step was added since the "
+                       "last log.")
+    total, latest = jax.device_get((self._total, self._latest))
+    out = {name: (float(latest[name]) if name.startswith(GAUGE_PREFIXES)
+                  else float(value) / self._count)
+           for name, value in total.items()}
+    self.__init__()
+    return out
 
 
 def _clean(value: Any):
