@@ -1,5 +1,6 @@
 """train.bench: FLOP accounting, record schema and ratios, alternation, table;
-train.bench_step: the step benchmark's configuration and wide-answer domain.
+train.bench_step: the step benchmark's configuration, wide-answer domain and
+the Tunix GRPO peer's setup.
 No timing is asserted."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 from models.config import ModelConfig, get_preset
 from train import bench
 from train import bench_step
+from train import loop
 
 # L=2 blocks, E=4, F=6, H=2 query heads of D=2, K=1 kv head, V=10, untied.
 # Per block: q 4*2*2=16, k 4*1*2=8, v 8, o 2*2*4=16, MLP 3*4*6=72 -> 120
@@ -119,6 +121,21 @@ def test_step_benchmark_uses_the_peers_agent_batch():
   assert config.pool.replay_tasks == 0
   assert config.agent.model == config.env.model == "small"
   assert config.agent.model_overrides.vocab_size == 32000
+
+
+def test_tunix_grpo_setup_is_the_steps_agent_batch():
+  config = bench_step.step_config("tiny")
+  domain = bench_step.WideAnswerDomain(max_digits=config.task.max_digits)
+  players = loop.build_players(config, domain)
+  setup = bench_step.tunix_grpo_setup(config, domain, players)
+  assert setup["bench"] == "grpo"
+  assert (setup["num_prompts"], setup["generations"], setup["new_tokens"]) == (
+      16, 4, 32)
+  # `BOS a + b =` with operands of up to 5 digits: 13 columns.
+  assert setup["prompt_length"] == domain.agent_prompt_len == 13
+  assert setup["model"] == bench.model_shapes(players.agent_model)
+  assert setup["model"]["vocab_size"] == get_preset("tiny").vocab_size
+  json.dumps(setup)
 
 
 def test_wide_answer_domain_pads_references_and_still_verifies():

@@ -14,7 +14,8 @@ Sub-benchmarks (model presets `tiny` and `small` as random Qwen2 models):
   train: forward + backward tokens/s (next-token cross-entropy gradients, no
     optimiser) on 64 x 64 tokens, against the same in torch.
   step: seconds per jitted co-evolution step (`train/bench_step.py`), with
-    the time of each phase compiled on its own.
+    the time of each phase compiled on its own; Tunix's figure is one step of
+    its GRPO learner at the agent's batch.
 Every record is one JSON object: bench, size, metric, ours, the peers'
 figures (hf, tunix) where the peer has one, ratio_hf / ratio_tunix ("> 1 = we
 are faster": throughput ours / peer, time peer / ours), limit (the best
@@ -456,8 +457,9 @@ def _train_record(args: argparse.Namespace, peak: float,
 
 def bench_step(args: argparse.Namespace, peak: float) -> Iterable[dict]:
   from train import bench_step as step_lib  # pylint: disable=g-import-not-at-top
-  for size in args.sizes:
-    yield from step_lib.run(size, args.repeats, peak)
+  with tunix_worker() as tunix:
+    for size in args.sizes:
+      yield from step_lib.run(size, args.repeats, peak, tunix)
 
 
 Benchmark = Callable[[argparse.Namespace, float], Iterable[dict]]

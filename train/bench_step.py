@@ -10,7 +10,14 @@ tasks, which changes no shape and so no amount of work.
 Records (metric "seconds", ratios "> 1 = we are faster"):
   phase "step": the whole step jitted as in training (`coevolve.jit_step`,
     the state donated), with the number of compilations it took ("compiles");
-    no peer figure (the Tunix worker has no GRPO step);
+    peer "tunix" (with TUNIX_PYTHON set, see `train.bench`): one step of
+    Tunix's GRPOLearner on a random Qwen2 of the agent's shapes at the same
+    agent batch (16 prompts x 4 generations x 32 new tokens; prompts as long
+    as the agent's, `agent_prompt_len` = 13 columns: Tunix's are 13 random
+    ids, ours `BOS a + b =` left-padded to 13), a reference model and AdamW
+    (the "grpo" bench of `train/bench_tunix.py`). It is only the agent's half
+    of our step: the simulator's sampling and update have no counterpart
+    there. The two are timed alternately;
   phases "env_sample", "agent_sample", "verify_curriculum", "agent_update",
     "env_update": the step's stages, each compiled on its own (they follow
     `coevolve.make_step`; pools and metrics are left out).
@@ -72,6 +79,16 @@ def step_config(size: str) -> ml_collections.ConfigDict:
   config.pool.update(capacity=1024, num_base=256, replay_tasks=0,
                      env_capacity=256)
   return config
+
+
+def tunix_grpo_setup(config, domain, players) -> dict:
+  """The Tunix worker's "grpo" setup fields for our step's agent batch: one
+  prompt per task, the agent's prompt length and answer columns."""
+  cc = config.coevolve
+  return dict(bench="grpo", model=bench.model_shapes(players.agent_model),
+              num_prompts=cc.num_seeds * cc.variations,
+              generations=cc.attempts, prompt_length=domain.agent_prompt_len,
+              new_tokens=domain.answer_len, seed=config.seed)
 
 
 def _median_seconds(fn, repeats: int) -> float:
@@ -162,8 +179,12 @@ def _phases(config, domain, players, mesh):
           jit(agent_update), jit(env_update))
 
 
-def run(size: str, repeats: int, peak_gflops: float) -> Iterator[dict]:
-  """Times the whole step and its phases at preset `size`; yields records."""
+def run(size: str, repeats: int, peak_gflops: float,
+        tunix: bench.TunixWorker | None = None) -> Iterator[dict]:
+  """Times the whole step and its phases at preset `size`; yields records.
+
+  tunix: a worker for the step's peer figure (see the module doc), or None.
+  """
   config = step_config(size)
   domain = WideAnswerDomain(max_digits=config.task.max_digits)
   players = loop.build_players(config, domain)
@@ -211,11 +232,17 @@ def run(size: str, repeats: int, peak_gflops: float) -> Iterator[dict]:
   holder = [step.fn(state)[0]]
   jax.block_until_ready(holder[0])
 
-  def one_step():
+  def one_step(_):
     holder[0], metrics = step.fn(holder[0])
-    return metrics
+    return jax.block_until_ready(metrics)
 
-  seconds = _median_seconds(one_step, repeats)
+  sides = {"ours": one_step}
+  tunix_run = bench.tunix_side(tunix, **tunix_grpo_setup(config, domain,
+                                                          players))
+  if tunix_run is not None:
+    sides["tunix"] = tunix_run
+  seconds = bench.time_alternately(sides, repeats)
   yield bench.make_record(
-      "step", size, "seconds", seconds, limit=limit(sum(flops.values())),
-      phase="step", compiles=step.trace_count(), **details)
+      "step", size, "seconds", seconds["ours"], tunix=seconds.get("tunix"),
+      limit=limit(sum(flops.values())), phase="step",
+      compiles=step.trace_count(), **details)
