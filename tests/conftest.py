@@ -17,6 +17,10 @@ for _flag in _FLAGS:
     os.environ["XLA_FLAGS"] = f"{_flag} {os.environ.get('XLA_FLAGS', '')}"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The XLA:CPU flags the training and benchmark entry points run with.
+from genenv_jax import cpu_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+cpu_flags.use_library_fusions()
 
 import jax  # pylint: disable=g-import-not-at-top
 

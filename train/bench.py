@@ -52,6 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from genenv_jax import cpu_flags
 from genenv_jax import sampling
 from models import config as model_config_lib
 from models import decoder
@@ -521,6 +522,9 @@ def main(argv: list[str] | None = None) -> None:
   # Spinning OpenMP workers make torch many times slower whenever the cores
   # are shared (e.g. with XLA's own thread pool); read when torch loads.
   os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+  # Before JAX initialises its backend; the Tunix worker inherits it too, so
+  # both JAX stacks compile with the same XLA flags.
+  cpu_flags.use_library_fusions()
   import torch  # pylint: disable=g-import-not-at-top
   torch.set_num_threads(args.threads)
   names = (["peak", "sampler", "train", "step"] if args.benchmark == "all"

@@ -23,6 +23,8 @@ from absl import logging
 import jax
 from ml_collections import config_flags
 
+from genenv_jax import cpu_flags
+
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
     "config", "configs/default.py", "Path to an ml_collections config file.",
@@ -72,6 +74,7 @@ def maybe_initialize_distributed(
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  cpu_flags.use_library_fusions()  # before JAX initialises a backend
   maybe_initialize_distributed(FLAGS.distributed)
   # Imported here: the driver pulls in TensorFlow (through clu), which this
   # module's flags and multi-host set-up do not need.

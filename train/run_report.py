@@ -65,6 +65,10 @@ def summarize(records, alpha: float, band: float) -> dict:
   return summary
 
 
+# Step metrics are logged as means over each log window (train/metrics_log.py).
+_STEP_AXIS = "co-evolution step (points: means over log windows)"
+
+
 def plot(records, out_dir: str, alpha: float, band: float) -> list[str]:
   """Writes the dynamics plots as PNGs into out_dir; returns their paths."""
   import matplotlib
@@ -90,7 +94,7 @@ def plot(records, out_dir: str, alpha: float, band: float) -> list[str]:
                       ("env/valid_frac", "valid fraction")):
     s, v = _series(records, name)
     ax.plot(s, v, label=label)
-  ax.set_xlabel("co-evolution step")
+  ax.set_xlabel(_STEP_AXIS)
   ax.set_ylim(-0.02, 1.02)
   ax.legend(loc="best", fontsize=8)
   ax.set_title("Simulator: success rate of the agent on what it writes")
@@ -108,7 +112,7 @@ def plot(records, out_dir: str, alpha: float, band: float) -> list[str]:
   s, v = _series(records, "env/difficulty_mean")
   ax2.plot(s, v, color="black", lw=2, label="mean difficulty")
   ax2.set_ylabel("mean difficulty")
-  ax.set_xlabel("co-evolution step")
+  ax.set_xlabel(_STEP_AXIS)
   ax.legend(loc="upper left", fontsize=8)
   ax2.legend(loc="upper right", fontsize=8)
   ax.set_title("Simulator: difficulty of generated tasks")
@@ -134,7 +138,7 @@ def plot(records, out_dir: str, alpha: float, band: float) -> list[str]:
     for name in names:
       s, v = _series(records, name)
       ax.plot(s, v, label=name)
-    ax.set_xlabel("co-evolution step")
+    ax.set_xlabel(_STEP_AXIS)
     ax.legend(fontsize=8)
   save(fig, "training.png")
   return paths
