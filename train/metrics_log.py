@@ -39,6 +39,9 @@ class StepMetricsWindow:
   """
 
   def __init__(self):
+    self._reset()
+
+  def _reset(self) -> None:
     self._total = None
     self._latest = None
     self._count = 0
@@ -62,7 +65,7 @@ class StepMetricsWindow:
     out = {name: (float(latest[name]) if name.startswith(GAUGE_PREFIXES)
                   else float(value) / self._count)
            for name, value in total.items()}
-    self.__init__()
+    self._reset()
     return out
 
 
