@@ -42,7 +42,7 @@ def _arm_run(arm, agent_key, num_steps=3, extra_rows=0):
   """num_steps steps of an arm's step (smoke sizes, one device) with a
   simulator warm-started to write well-formed tasks, from a pool of 64 base
   rows and `extra_rows` generated ones. Returns (final state, per-step
-  metrics, the pool's rows before the first step)."""
+  metrics, the number of pool rows before the first step)."""
   config = default.get_config(f"smoke,{arm}")
   domain = get_domain(config.task)
   players = loop.build_players(config, domain)
