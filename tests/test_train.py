@@ -81,12 +81,14 @@ def test_stopped_and_resumed_run_gives_the_same_metrics(uninterrupted,
   assert _computed(_read(str(tmp_path))) == _computed(_read(workdir))
 
 
-def test_run_started_from_another_runs_warm_start_matches_it(uninterrupted,
-                                                           tmp_path):
+def test_run_started_from_another_runs_warm_start_matches_it(
+    uninterrupted, tmp_path, monkeypatch):
   config, workdir, _ = uninterrupted
   shared = default.get_config("smoke")
   shared.data.tfds_dir = config.data.tfds_dir
-  shared.warmstart.init_from = workdir
+  # Given relative to the working directory, as on a command line.
+  monkeypatch.chdir(os.path.dirname(workdir))
+  shared.warmstart.init_from = os.path.basename(workdir)
   loop.train_and_evaluate(shared, str(tmp_path))
   # The same step 0 (warm-start metrics included) and so the same run.
   assert _computed(_read(str(tmp_path))) == _computed(_read(workdir))

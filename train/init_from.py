@@ -55,15 +55,16 @@ def step0_conflicts(config: ml_collections.ConfigDict,
           if theirs.get(k) != ours.get(k)]
 
 
-def restore_step0(config: ml_collections.ConfigDict, target: Any
-                  ) -> tuple[Any, dict]:
+def restore_step0(config: ml_collections.ConfigDict, target: Any,
+                  source: epath.Path) -> tuple[Any, dict]:
   """(state, step-0 metrics) of the run in config.warmstart.init_from.
 
   Args:
     target: this run's state as jax.ShapeDtypeStructs with shardings; the
       source's checkpoint is restored into that layout.
+    source: config.warmstart.init_from as an absolute path or a cloud URI
+      (orbax refuses to restore from a relative path).
   """
-  source = epath.Path(config.warmstart.init_from)
   conflicts = step0_conflicts(config, source)
   if conflicts:
     raise ValueError(

@@ -223,7 +223,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
   if latest is None:
     if init_from:
       logging.info("Stage 1: the warm-started players of %s.", init_from)
-      state, step0_metrics = init_from_lib.restore_step0(config, target)
+      state, step0_metrics = init_from_lib.restore_step0(
+          config, target, workdir_path(init_from))
     else:
       step0_metrics = dict(ws_metrics, **evaluate(state.agent.params))
     writer.write_scalars(0, step0_metrics)
