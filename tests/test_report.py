@@ -182,3 +182,18 @@ def test_no_finished_run_is_an_error(tmp_path):
   _write_run(str(tmp_path), "genenv", 0.5, 0)
   with pytest.raises(ValueError, match="no finished run"):
     report.write_report(str(tmp_path), str(tmp_path / "out"), "cmd")
+
+
+def test_dynamics_row_gives_one_runs_start_band_difficulty_and_levels(written):
+  config, _, text = written
+  cells = _row(text, "genenv", 0.3, "| arm | α | seed | success (first window)")
+  assert cells[2] == "0"
+  success = [_success("genenv", 0.3, 0, t) for t in range(1, NUM_STEPS + 1)]
+  second_half = success[NUM_STEPS // 2:]
+  in_band = [abs(x - 0.3) <= config.curriculum.band + 1e-6 for x in second_half]
+  assert cells[3:6] == [f"{success[0]:.2f}", f"{np.mean(second_half):.2f}",
+                        f"{np.mean(in_band):.0%}"]
+  # Difficulty 1.1 ... 1.6 over 6 logged steps: quarters of one step each.
+  assert cells[6] == "1.10 → 1.60"
+  final = FINAL[("genenv", 0.3, 0)]
+  assert cells[7:] == [f"0.500 → {final[1]:.3f}", f"0.100 → {final[2]:.3f}"]

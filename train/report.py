@@ -179,6 +179,34 @@ def comparison_table(groups) -> list[str]:
                 + [f"Δ d{d}" for d in levels], rows)
 
 
+def dynamics_table(groups) -> list[str]:
+  """One row per run: what a co-evolution run is judged by. The success rate
+  in its first log window and over the second half of the logged steps, the
+  share of second-half windows inside the α band, the simulator's mean
+  difficulty over the first and the last quarter, and held-out accuracy per
+  level at step 0 and at the end ("start → end")."""
+  levels = _levels([r for runs in groups.values() for r in runs])
+  rows = []
+  for (arm, alpha), runs in groups.items():
+    for r in runs:
+      s = r.summary
+      row = [arm, f"{alpha:g}", str(r.seed),
+             f"{s['success_rate_first']:.2f}",
+             f"{s['success_rate_second_half_mean']:.2f}",
+             f"{s['second_half_in_band_frac']:.0%}",
+             f"{s['difficulty_first_quarter_mean']:.2f} → "
+             f"{s['difficulty_last_quarter_mean']:.2f}"]
+      for d in levels:
+        start, end = (s.get(f"eval/accuracy_d{d}_{k}") for k in ("start", "end"))
+        row.append("–" if start is None or end is None
+                   else f"{start:.3f} → {end:.3f}")
+      rows.append(row)
+  return _table(["arm", "α", "seed", "success (first window)",
+                 "success (2nd half)", "2nd-half windows in band",
+                 "difficulty (first → last quarter)"]
+                + [f"d{d} (step 0 → end)" for d in levels], rows)
+
+
 def alpha_arms(groups) -> dict[str, list[float]]:
   """Arms run at two or more α values: {arm: sorted α values}."""
   alphas = {}
@@ -339,6 +367,9 @@ def write_report(sweep_dir: str, out_dir: str, command: str) -> str:
   if alphas:
     lines += ["## α sweep", ""] + alphas + ["", "![success rate vs α]"
                                             "(success_vs_alpha.png)", ""]
+  lines += ["## Dynamics per run", "",
+            "Success rates are means over log windows; the band is "
+            "[α − band, α + band].", ""] + dynamics_table(groups) + [""]
   lines += ["## Plots", "",
             "Success rate on generated tasks per arm, α band shaded:", "",
             "![success rate](success_rate.png)", "",
