@@ -197,7 +197,8 @@ def dynamics_table(groups) -> list[str]:
              f"{s['difficulty_first_quarter_mean']:.2f} → "
              f"{s['difficulty_last_quarter_mean']:.2f}"]
       for d in levels:
-        start, end = (s.get(f"eval/accuracy_d{d}_{k}") for k in ("start", "end"))
+        start, end = (s.get(f"eval/accuracy_d{d}_{k}")
+                      for k in ("start", "end"))
         row.append("–" if start is None or end is None
                    else f"{start:.3f} → {end:.3f}")
       rows.append(row)
