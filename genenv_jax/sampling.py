@@ -93,10 +93,11 @@ class PromptCache(NamedTuple):
   """Decoding context after prefill.
 
   Attributes:
-    cache: KVCache over R rows and S slots, slots [0, P) holding the prompt;
-      per-layer tuples of [R, S, K, D] for an unscanned decoder (each decode
-      step then updates every layer's arrays in place), stacked
-      [L, R, S, K, D] for a scanned one.
+    cache: KVCache over R rows and S slots, slots [0, P) holding the prompt
+      (keys [R, K, D, S], values [R, K, S, D] per layer; see
+      `decoder.KVCache`): per-layer tuples for an unscanned decoder (each
+      decode step then updates every layer's arrays in place), stacked on a
+      leading layer axis for a scanned one.
     kv_mask: bool[R, S]; real prompt slots and every generation slot (slots
       after the current token are hidden by the causal mask).
     num_prompt_tokens: int32[R]; real tokens per prompt.
@@ -157,7 +158,7 @@ def repeat_rows(logits: jax.Array, prompt_cache: PromptCache,
   if num_samples == 1:
     return logits, prompt_cache
   repeat = functools.partial(jnp.repeat, repeats=num_samples)
-  # Rows are axis 1 of stacked [L, B, S, K, D] and axis 0 of per-layer arrays.
+  # Rows are axis 1 of stacked [L, B, ...] and axis 0 of per-layer arrays.
   cache = jax.tree.map(lambda x: repeat(x, axis=x.ndim - 4),
                        prompt_cache.cache)
   return repeat(logits, axis=0), PromptCache(

@@ -15,12 +15,17 @@ Attention works in "slots": token i of a call sits in slot `cache_index + i`;
 it sees every slot s <= its own whose `kv_mask[b, s]` is true. Without a cache
 the slots are the call's own tokens (S = T, cache_index = 0).
 
-The cache comes in two layouts (`KVCache`): stacked [L, B, S, K, D] arrays, or
-per-layer tuples of [B, S, K, D] arrays. An unscanned decoder writes a call's
-new entries into each per-layer array with one `dynamic_update_slice` and
-reads that array in place, so a decode loop carrying a per-layer cache copies
-none of it; a stacked cache is sliced per layer and restacked (one copy per
-call), or scanned over with `scan_layers`.
+Cached keys are stored transposed, [B, K, D, S], and cached values as
+[B, K, S, D], so that a call's attention over the cache is a pair of batched
+matmuls (batch B x K; q.k contracting D, p.v contracting S) that read the cache
+in place: no copy of the cache into another order on any decode step.
+
+The cache comes in two layouts (`KVCache`): stacked arrays with a leading
+layer axis L, or per-layer tuples. An unscanned decoder writes a call's new
+entries into each per-layer array with one `dynamic_update_slice` and reads
+that array in place, so a decode loop carrying a per-layer cache copies none
+of it; a stacked cache is sliced per layer and restacked (one copy per call),
+or scanned over with `scan_layers`.
 """
 
 from __future__ import annotations
@@ -39,27 +44,31 @@ _NEG_INF = float(jnp.finfo(jnp.float32).min)
 
 class KVCache(NamedTuple):
   """Keys and values of every layer (compute dtype), in one of two layouts:
-  stacked, k, v: [L, B, S, K, D]; or per layer, k, v: tuples of L arrays
-  [B, S, K, D]. A decoder call returns the layout it was given."""
+  stacked, k: [L, B, K, D, S] and v: [L, B, K, S, D]; or per layer, tuples of
+  L arrays k: [B, K, D, S] and v: [B, K, S, D]. A decoder call returns the
+  layout it was given."""
   k: jax.Array | tuple[jax.Array, ...]
   v: jax.Array | tuple[jax.Array, ...]
 
 
-CACHE_AXES = ("layers", "batch", "cache_length", "kv_heads", "head_dim")
+# Logical axes of one layer's cached keys and values.
+KEY_CACHE_AXES = ("batch", "kv_heads", "head_dim", "cache_length")
+VALUE_CACHE_AXES = ("batch", "kv_heads", "cache_length", "head_dim")
 
 
 def init_cache(config: ModelConfig, batch: int, length: int,
                per_layer: bool = False) -> KVCache:
   """An all-zero cache with `length` slots for `batch` rows, stacked or (with
   per_layer) as tuples of per-layer arrays."""
-  shape = (batch, length, config.num_kv_heads, config.head_dim)
+  k, d = config.num_kv_heads, config.head_dim
+  shapes = ((batch, k, d, length), (batch, k, length, d))
   dtype = jnp.dtype(config.dtype)
   if per_layer:
     return KVCache(*(tuple(jnp.zeros(shape, dtype)
                            for _ in range(config.num_layers))
-                     for _ in range(2)))
-  zeros = jnp.zeros((config.num_layers,) + shape, dtype)
-  return KVCache(zeros, zeros)
+                     for shape in shapes))
+  return KVCache(*(jnp.zeros((config.num_layers,) + shape, dtype)
+                   for shape in shapes))
 
 
 def is_per_layer(cache: KVCache) -> bool:
@@ -143,32 +152,36 @@ class Projection(nn.Module):
     return y
 
 
-def _attention_scores(q: jax.Array, keys: jax.Array) -> jax.Array:
-  """f32[B, K, G, T, S] scores of queries q: [B, T, K, G, D] against keys
-  [B, S, K, D].
+def _attention_scores(q: jax.Array, keys: jax.Array,
+                      cached: bool) -> jax.Array:
+  """f32[B, K, G, T, S] scores of queries q: [B, T, K, G, D] against the
+  call's own keys [B, S, K, D] or (cached) a cache's keys [B, K, D, S].
 
-  With one query per row (decode) the products are summed over D in the keys'
-  own layout: a dot would first copy a whole cache into [B, K, S, D] order."""
+  One query per row (decode) is a batched [G, D] x [D, S] matmul per (row, kv
+  head), taken with the T axis dropped so that it stays one plain batched dot.
+  """
+  if not cached:
+    return jnp.einsum("btkgd,bskd->bkgts", q, keys.astype(q.dtype),
+                      preferred_element_type=jnp.float32)
+  keys = keys.astype(q.dtype)
   if q.shape[1] == 1:
-    products = (q[:, 0, None].astype(jnp.float32)
-                * keys[:, :, :, None, :].astype(jnp.float32))
-    return jnp.sum(products, axis=-1).transpose(0, 2, 3, 1)[:, :, :, None]
-  return jnp.einsum("btkgd,bskd->bkgts", q, keys.astype(q.dtype),
+    return jnp.einsum("bkgd,bkds->bkgs", q[:, 0], keys,
+                      preferred_element_type=jnp.float32)[:, :, :, None]
+  return jnp.einsum("btkgd,bkds->bkgts", q, keys,
                     preferred_element_type=jnp.float32)
 
 
-def _attention_values(probs: jax.Array, values: jax.Array,
+def _attention_values(probs: jax.Array, values: jax.Array, cached: bool,
                       dtype) -> jax.Array:
-  """[B, T, K, G, D] = probs f32[B, K, G, T, S] @ values [B, S, K, D] (summed
-  over S in the values' own layout for one query per row, as in
-  `_attention_scores`)."""
+  """[B, T, K, G, D] = probs f32[B, K, G, T, S] @ values: the call's own
+  [B, S, K, D] or (cached) a cache's [B, K, S, D]."""
+  probs = probs.astype(dtype)
+  values = values.astype(dtype)
+  if not cached:
+    return jnp.einsum("bkgts,bskd->btkgd", probs, values)
   if probs.shape[3] == 1:
-    weights = probs[:, :, :, 0].transpose(0, 3, 1, 2)  # [B, S, K, G]
-    out = jnp.sum(weights[..., None]
-                  * values[:, :, :, None, :].astype(jnp.float32), axis=1)
-    return out[:, None].astype(dtype)
-  return jnp.einsum("bkgts,bskd->btkgd", probs.astype(dtype),
-                    values.astype(dtype))
+    return jnp.einsum("bkgs,bksd->bkgd", probs[:, :, :, 0], values)[:, None]
+  return jnp.einsum("bkgts,bksd->btkgd", probs, values)
 
 
 class Attention(nn.Module):
@@ -177,7 +190,8 @@ class Attention(nn.Module):
   @nn.compact
   def __call__(self, x, positions, kv_mask, layer_cache, cache_index):
     """x: [B, T, E]; positions: int[B, T]; kv_mask: bool[B, S];
-    layer_cache: (k, v) each [B, S, K, D] or None; cache_index: int scalar.
+    layer_cache: (k [B, K, D, S], v [B, K, S, D]) or None; cache_index: int
+      scalar.
     Returns ([B, T, E], updated layer cache or None)."""
     cfg = self.config
     e, h, k, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -192,28 +206,32 @@ class Attention(nn.Module):
     q = apply_rope(q, positions, inv_freq)
     key = apply_rope(key, positions, inv_freq)
 
-    if layer_cache is not None:
+    cached = layer_cache is not None
+    if cached:
       ck, cv = layer_cache
-      key = jax.lax.dynamic_update_slice_in_dim(ck, key.astype(ck.dtype),
-                                                cache_index, axis=1)
-      val = jax.lax.dynamic_update_slice_in_dim(cv, val.astype(cv.dtype),
-                                                cache_index, axis=1)
+      key = jax.lax.dynamic_update_slice_in_dim(
+          ck, key.transpose(0, 2, 3, 1).astype(ck.dtype), cache_index, axis=3)
+      val = jax.lax.dynamic_update_slice_in_dim(
+          cv, val.transpose(0, 2, 1, 3).astype(cv.dtype), cache_index, axis=2)
+      key = nn.with_logical_constraint(key, KEY_CACHE_AXES)
+      val = nn.with_logical_constraint(val, VALUE_CACHE_AXES)
       layer_cache = (key, val)
-    key = nn.with_logical_constraint(
-        key, ("batch", "cache_length", "kv_heads", "head_dim"))
-    val = nn.with_logical_constraint(
-        val, ("batch", "cache_length", "kv_heads", "head_dim"))
+    else:
+      axes = ("batch", "length", "kv_heads", "head_dim")
+      key = nn.with_logical_constraint(key, axes)
+      val = nn.with_logical_constraint(val, axes)
 
     b, t = x.shape[:2]
-    s = key.shape[1]
+    s = key.shape[3] if cached else t
     q = q.reshape(b, t, k, h // k, d)
-    scores = _attention_scores(q, key) / math.sqrt(d)
+    scores = _attention_scores(q, key, cached) / math.sqrt(d)
     q_slot = cache_index + jnp.arange(t)
     causal = jnp.arange(s)[None, :] <= q_slot[:, None]  # [T, S]
     allowed = causal[None] & kv_mask[:, None, :]  # [B, T, S]
     scores = jnp.where(allowed[:, None, None], scores, _NEG_INF)
     probs = jax.nn.softmax(scores, axis=-1)
-    out = _attention_values(probs, val, cfg.dtype).reshape(b, t, h, d)
+    out = _attention_values(probs, val, cached, cfg.dtype).reshape(
+        b, t, h, d)
     out = nn.with_logical_constraint(out, ("batch", "length", "heads",
                                            "head_dim"))
     y = Projection(cfg, (h, d), (e,), ("heads", "head_dim", "embed"),

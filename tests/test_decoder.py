@@ -94,15 +94,19 @@ def test_prefill_then_decode_matches_full_forward(prefill, params, batch,
   tokens, mask = batch
   logits, cache, kv_mask = prefill
   kv_mask = kv_mask.copy()
+  slots = PROMPT_LEN + NEW_TOKENS
   assert cache.k.shape == (BASE.num_layers, tokens.shape[0],
-                           PROMPT_LEN + NEW_TOKENS, BASE.num_kv_heads,
-                           BASE.head_dim)
+                           BASE.num_kv_heads, BASE.head_dim, slots)
+  assert cache.v.shape == (BASE.num_layers, tokens.shape[0],
+                           BASE.num_kv_heads, slots, BASE.head_dim)
   real = mask[:, :PROMPT_LEN, None]
   np.testing.assert_allclose(np.where(real, logits, 0),
                              np.where(real, reference_logits[:, :PROMPT_LEN],
                                       0), atol=TOL, rtol=TOL)
-  # Slots not yet written stay zero.
-  assert not np.any(np.asarray(cache.k[:, :, PROMPT_LEN:]))
+  # Slots not yet written stay zero; the prompt's are filled.
+  assert not np.any(np.asarray(cache.k[..., PROMPT_LEN:]))
+  assert not np.any(np.asarray(cache.v[:, :, :, PROMPT_LEN:]))
+  assert np.all(np.any(np.asarray(cache.v[:, :, :, PROMPT_LEN - 1]), -1))
 
   lengths = np.asarray(PROMPT_LENGTHS)
   for step in range(NEW_TOKENS):
