@@ -157,3 +157,9 @@ def test_wide_answer_domain_pads_references_and_still_verifies():
   assert np.all(np.asarray(parsed.valid))
   np.testing.assert_array_equal(exact, np.ones(4))
   np.testing.assert_array_equal(wrong, np.zeros(4))
+
+
+def test_matmul_gflops_times_both_libraries():
+  rates = bench.matmul_gflops(64, 32, 48, repeats=2)
+  assert set(rates) == {"ours", "hf"}
+  assert all(0 < rate < 1e5 for rate in rates.values())

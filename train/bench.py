@@ -7,7 +7,8 @@
 Sub-benchmarks (model presets `tiny` and `small` as random Qwen2 models):
   peak: GFLOP/s of a jitted float32 2048 x 2048 matmul (the best of 10);
     the hardware limit every other figure is compared with (every run
-    measures it first).
+    measures it first). Then JAX's matmul against torch's at that shape and
+    at the small preset's output projection in `train` (4096 x 512 x 32000).
   sampler: generated tokens/s of `genenv_jax.sampling` against transformers'
     `generate`: batch 64, 32-token random prompts, 32 new tokens, no stop
     token, once sampling at temperature 1 and once greedy.
@@ -322,10 +323,44 @@ def _twin_models(size: str, seed: int):
 # ----------------------------------------------------------- sub-benchmarks
 
 
+def matmul_gflops(m: int, k: int, n: int, repeats: int
+                  ) -> dict[str, float]:
+  """Best GFLOP/s of a float32 [m, k] x [k, n] matmul in JAX (jitted) and in
+  torch (`hf`: the library HF's models run on), timed alternately."""
+  import torch  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  a = rng.standard_normal((m, k), np.float32)
+  b = rng.standard_normal((k, n), np.float32)
+  jax_a, jax_b = jnp.asarray(a), jnp.asarray(b)
+  torch_a, torch_b = torch.from_numpy(a), torch.from_numpy(b)
+  matmul = jax.jit(jnp.matmul)
+  sides = {"ours": lambda _: jax.block_until_ready(matmul(jax_a, jax_b)),
+           "hf": lambda _: torch.mm(torch_a, torch_b)}
+  best = {name: float("inf") for name in sides}
+  for repeat in range(repeats + 1):  # repeat 0 warms up
+    for name, fn in sides.items():
+      seconds = _seconds(lambda: fn(repeat))  # pylint: disable=cell-var-from-loop
+      if repeat:
+        best[name] = min(best[name], seconds)
+  return {name: 2 * m * k * n / s / 1e9 for name, s in best.items()}
+
+
 def bench_peak(args: argparse.Namespace, peak: float) -> Iterable[dict]:
+  """The peak every limit uses, then JAX against torch at that square shape
+  and at the output projection of the small preset's training benchmark (its
+  largest matmuls: [batch x length, hidden] x [hidden, vocab])."""
   yield make_record("peak", str(PEAK_SIZE), "gflops", peak,
                     repeats=PEAK_REPEATS, dtype="float32",
                     backend=jax.default_backend())
+  small = model_config_lib.get_preset("small")
+  for m, k, n in ((PEAK_SIZE, PEAK_SIZE, PEAK_SIZE),
+                  (TRAIN_BATCH * TRAIN_LENGTH, small.hidden_size,
+                   small.vocab_size)):
+    rates = matmul_gflops(m, k, n, args.repeats)
+    yield make_record("peak", f"{m}x{k}x{n}", "gflops", rates["ours"],
+                      hf=rates["hf"], mode="matmul", repeats=args.repeats,
+                      torch_threads=args.threads, dtype="float32",
+                      backend=jax.default_backend())
 
 
 def bench_sampler(args: argparse.Namespace, peak: float) -> Iterable[dict]:
