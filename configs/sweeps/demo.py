@@ -1,5 +1,5 @@
 """The demo itself across seeds: genenv at α ∈ {0.5, 0.3} × seeds {0, 1, 2},
-each run exactly `configs/default.py` (120 steps) but for α and the seed.
+each run exactly `configs/default.py` (240 steps) but for α and the seed.
 
   python launch/sweep.py --sweep=configs/sweeps/demo.py --sweep_dir=runs/demo_sweep --parallel=2
   python -m train.report --sweep_dir=runs/demo_sweep --out=runs/demo_sweep/report
