@@ -76,7 +76,7 @@ def test_cli_attributes_the_decode_loop_per_iteration(tmp_path):
       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   rows = [json.loads(line) for line in out.stdout.splitlines()]
   assert rows and all(r["program"] == "sampler" for r in rows)
-  assert sum(r["share"] for r in rows) == pytest.approx(1.0, abs=1e-3)
+  assert sum(r["share"] for r in rows) == pytest.approx(1.0, abs=1e-9)
   times = [r["ms_per_run"] for r in rows]
   assert times == sorted(times, reverse=True)
   # 32 new tokens: the first comes from the prefill, the loop runs 31 times.

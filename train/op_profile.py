@@ -101,7 +101,7 @@ def op_table(events: Iterable[tuple[str, float]], sources: dict[str, str],
            "calls_per_run": calls[name] / runs,
            "ms_per_run": round(1e3 * s / runs, 3),
            "us_per_call": round(1e6 * s / calls[name], 1),
-           "share": round(s / total, 4)}
+           "share": s / total}
           for name, s in seconds.most_common()]
 
 
