@@ -61,6 +61,8 @@ from models import decoder
 SIZES = ("tiny", "small")
 PEAK_SIZE = 2048
 TRAIN_BATCH, TRAIN_LENGTH = 64, 64
+# The sampler benchmark's defaults: prompts, prompt length, new tokens.
+SAMPLER_BATCH, SAMPLER_PROMPT_LENGTH, SAMPLER_NEW_TOKENS = 64, 32, 32
 # metric -> whether a larger figure is better (throughput) or not (time).
 METRICS = {"tokens_per_s": True, "gflops": True, "seconds": False}
 TUNIX_PYTHON_ENV = "TUNIX_PYTHON"
@@ -532,9 +534,11 @@ def _parser() -> argparse.ArgumentParser:
                       help="comma-separated model presets: tiny,small")
   parser.add_argument("--repeats", type=int, default=3,
                       help="timed runs per side; the median is reported")
-  parser.add_argument("--batch", type=int, default=64)
-  parser.add_argument("--prompt_length", type=int, default=32)
-  parser.add_argument("--new_tokens", type=int, default=32)
+  parser.add_argument("--batch", type=int, default=SAMPLER_BATCH)
+  parser.add_argument("--prompt_length", type=int,
+                      default=SAMPLER_PROMPT_LENGTH)
+  parser.add_argument("--new_tokens", type=int,
+                      default=SAMPLER_NEW_TOKENS)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--threads", type=int, default=os.cpu_count(),
                       help="torch intra-op threads (default: all cores)")

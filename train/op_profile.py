@@ -129,10 +129,12 @@ def _program(name: str, size: str, seed: int) -> tuple[Callable[[int], object],
   params = decoder.init_params(config, jax.random.key(seed))
   rng = np.random.default_rng(seed)
   if name == "sampler":
-    prompts = rng.integers(0, config.vocab_size, (64, 32), dtype=np.int32)
+    prompts = rng.integers(
+        0, config.vocab_size, (bench.SAMPLER_BATCH, bench.SAMPLER_PROMPT_LENGTH),
+        dtype=np.int32)
     prompt_mask = np.ones_like(prompts, bool)
-    fn = sampling.make_sampler(
-        config, sampling.SamplingConfig(max_new_tokens=32, temperature=1.0))
+    fn = sampling.make_sampler(config, sampling.SamplingConfig(
+        max_new_tokens=bench.SAMPLER_NEW_TOKENS, temperature=1.0))
     args = lambda repeat: (params, prompts, prompt_mask,
                            jax.random.key(seed + repeat))
   elif name == "train":
