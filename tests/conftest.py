@@ -1,7 +1,9 @@
 """Test setup: an 8-device CPU mesh, created before jax is imported, and a
 compilation cache shared by the tests of one run (tests that rebuild the same
-jitted step compile it once)."""
+jitted step compile it once), removed when the test process exits."""
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
@@ -24,6 +26,7 @@ cpu_flags.use_library_fusions()
 
 import jax  # pylint: disable=g-import-not-at-top
 
-jax.config.update("jax_compilation_cache_dir",
-                  tempfile.mkdtemp(prefix="genenv_jax_test_xla_cache_"))
+_CACHE_DIR = tempfile.mkdtemp(prefix="genenv_jax_test_xla_cache_")
+atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
+jax.config.update("jax_compilation_cache_dir", _CACHE_DIR)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
