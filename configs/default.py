@@ -38,6 +38,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       reverse_answer=True,   # the agent writes the sum least-significant digit first
       reward="exact",        # agent reward: "exact" or "digits" (partial credit);
                              # success (for p̂) is always the exact answer
+      # True: the agent reads both operands zero-padded to max_digits digits.
+      # Its warm-start then learns levels 3-4 far better (0.865 / 0.52 held-out,
+      # seed 0) and the difficulty climbs faster, but at alpha = 0.5 the
+      # success rate holds the band in only 62% of second-half windows (92%
+      # unpadded); the agent's held-out gains stay as small (README).
+      pad_operands=False,
   ))
   c.data = ml_collections.ConfigDict(dict(
       tfds_dir="",           # "" = <workdir>/tfds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 
@@ -111,6 +112,20 @@ def test_valid_tasks_parse_with_prompt_reference_and_difficulty(domain):
     np.testing.assert_array_equal(parsed.prompt[i], expected_prompt)
     np.testing.assert_array_equal(parsed.prompt_mask[i], np.array(expected_prompt) != PAD)
     np.testing.assert_array_equal(parsed.task[i], _row(text, domain.task_len))
+
+
+def test_padded_operands_change_only_the_agent_prompt(domain):
+  padded = dataclasses.replace(domain, pad_operands=True)
+  texts = ["0+0=E", "10+9=E", "3+99=E", "999+999=E", "01+2=E"]  # the last is invalid
+  plain, zero_padded = _parse_texts(domain, texts), _parse_texts(padded, texts)
+  for name in ("reference", "reference_mask", "valid", "difficulty", "task"):
+    np.testing.assert_array_equal(getattr(zero_padded, name), getattr(plain, name), err_msg=name)
+  for i, prompt in enumerate(["B000+000=", "B010+009=", "B003+099=", "B999+999="]):
+    np.testing.assert_array_equal(zero_padded.prompt[i], _ids(prompt))
+    np.testing.assert_array_equal(zero_padded.prompt_mask[i], True)
+  np.testing.assert_array_equal(zero_padded.prompt[4], _row("_" * (domain.agent_prompt_len - 1) + "B",
+                                                            domain.agent_prompt_len))
+  np.testing.assert_array_equal(zero_padded.prompt_mask[4], zero_padded.prompt[4] != PAD)
 
 
 @pytest.mark.parametrize(
@@ -392,8 +407,9 @@ def test_get_domain_builds_from_config():
   config = arithmetic.default_config()
   config.max_digits = 4
   config.reverse_answer = False
+  config.pad_operands = True
   domain = get_domain(config)
   assert isinstance(domain, TaskDomain)
-  assert domain == ArithmeticDomain(max_digits=4, reverse_answer=False)
+  assert domain == ArithmeticDomain(max_digits=4, reverse_answer=False, pad_operands=True)
   with pytest.raises(ValueError, match=r"config.task.name='sudoku'.*arithmetic"):
     get_domain(ml_collections.ConfigDict({"name": "sudoku"}))

@@ -115,6 +115,18 @@ def test_warm_start_from_a_run_with_other_step0_fields_is_refused(
     init_from.step0_conflicts(other, epath.Path(tmp_path / "nowhere"))
 
 
+def test_source_config_without_a_later_added_field_reads_as_its_old_value(
+    tmp_path):
+  config = default.get_config("smoke")
+  source = json.loads(config.to_json_best_effort())
+  del source["task"]["pad_operands"]  # a run made before the field existed
+  (tmp_path / "config.json").write_text(json.dumps(source))
+  assert not init_from.step0_conflicts(config, epath.Path(tmp_path))
+  config.task.pad_operands = True
+  assert init_from.step0_conflicts(config, epath.Path(tmp_path)) == [
+      "task.pad_operands: False != True"]
+
+
 def test_warm_start_checkpoint_is_kept_beside_the_latest(uninterrupted):
   config, workdir, _ = uninterrupted
   steps = sorted(int(s) for s in os.listdir(os.path.join(workdir,

@@ -30,6 +30,9 @@ STEP0_FIELDS = (
     "pool.env_capacity",
 )
 _NOT_COMPARED = ("warmstart.init_from", "data.tfds_dir")
+# Step-0 fields added to the config after runs were made, each with the value
+# a run whose config.json lacks it ran with.
+ADDED_FIELDS = {"task.pad_operands": False}
 
 
 def _step0_fields(flat: dict[str, Any]) -> dict[str, Any]:
@@ -50,6 +53,9 @@ def step0_conflicts(config: ml_collections.ConfigDict,
         "a run directory).")
   theirs = _step0_fields(flatten(json.loads(config_file.read_text())))
   ours = _step0_fields(flatten(json.loads(config.to_json_best_effort())))
+  for field, value in ADDED_FIELDS.items():
+    if field in ours:
+      theirs.setdefault(field, value)
   return [f"{k}: {theirs.get(k)!r} != {ours.get(k)!r}"
           for k in sorted(theirs.keys() | ours.keys())
           if theirs.get(k) != ours.get(k)]

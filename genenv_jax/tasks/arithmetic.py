@@ -6,6 +6,9 @@ difficulty is the digit count of its longer operand, so the simulator controls d
 only through the digits it writes. The agent sees `BOS a + b =` and answers with the
 digits of a+b then EOS, least-significant digit first when `reverse_answer` is set (the
 order in which carries are computed, which small transformers learn far more easily).
+With `pad_operands` the agent sees both operands written with leading zeros to
+max_digits digits (`BOS 00123 + 00045 =`): every digit of a place value then sits at
+the same position in every prompt, and a task's difficulty is how many places it uses.
 
 Vocabulary (16 ids):
 
@@ -49,7 +52,8 @@ _TOKEN_TEXT.update({DIGIT0 + d: str(d) for d in range(10)})
 def default_config() -> ml_collections.ConfigDict:
   """The `config.task` section for this domain."""
   return ml_collections.ConfigDict(
-      {"name": "arithmetic", "max_digits": 5, "reverse_answer": True, "reward": "exact"}
+      {"name": "arithmetic", "max_digits": 5, "reverse_answer": True, "reward": "exact",
+       "pad_operands": False}
   )
 
 
@@ -83,11 +87,14 @@ class ArithmeticDomain(TaskDomain):
     reward: "exact" (1 iff the whole answer is right) or "digits" (the share of
       the reference's tokens, EOS included, that the response has in place:
       partial credit, 1 only for the exact answer).
+    pad_operands: the agent's prompt writes both operands with leading zeros to
+      max_digits digits (the simulator still writes them without).
   """
 
   max_digits: int = 5
   reverse_answer: bool = True
   reward: str = "exact"
+  pad_operands: bool = False
 
   vocab_size = VOCAB_SIZE
   pad_id = PAD
@@ -108,6 +115,7 @@ class ArithmeticDomain(TaskDomain):
         max_digits=int(config.max_digits),
         reverse_answer=bool(config.reverse_answer),
         reward=str(config.get("reward", "exact")),
+        pad_operands=bool(config.get("pad_operands", False)),
     )
 
   @property
@@ -171,8 +179,9 @@ class ArithmeticDomain(TaskDomain):
       env_mask: bool[M, task_len].
 
     Returns:
-      ParsedTasks; prompt int32[M, task_len] is `BOS a + b =` (a lone BOS for invalid
-      rows, so every prompt attends to at least one token), reference int32[M,
+      ParsedTasks; prompt int32[M, task_len] is `BOS a + b =` (with pad_operands,
+      each operand zero-padded to max_digits digits; a lone BOS for invalid rows,
+      so every prompt attends to at least one token), reference int32[M,
       max_digits + 2] is the sum's digits then EOS (all pad for invalid rows).
     """
     tokens, mask = generation_rows(env_tokens, env_mask, self.task_len)
@@ -239,9 +248,17 @@ class ArithmeticDomain(TaskDomain):
     reference_mask = (answer_columns <= total_len[:, None]) & valid[:, None]
     reference = jnp.where(reference_mask, reference, PAD)
 
-    with_bos = jnp.concatenate([jnp.full((num_rows, 1), BOS, jnp.int32), tokens], axis=1)
-    prompt_len = jnp.where(valid, eos_pos + 1, 1)
-    prompt, prompt_mask = _left_align(with_bos, prompt_len, self.agent_prompt_len)
+    if self.pad_operands:
+      place = powers[self.max_digits - 1 :: -1][: self.max_digits]  # 10**(W-1) .. 1
+      padded = lambda x: DIGIT0 + (x[:, None] // place[None, :]) % 10
+      column = lambda token: jnp.full((num_rows, 1), token, jnp.int32)
+      agent_tokens = jnp.concatenate(
+          [column(BOS), padded(a), column(PLUS), padded(b), column(EQUALS)], axis=1)
+      prompt_len = jnp.where(valid, self.agent_prompt_len, 1)
+    else:
+      agent_tokens = jnp.concatenate([jnp.full((num_rows, 1), BOS, jnp.int32), tokens], axis=1)
+      prompt_len = jnp.where(valid, eos_pos + 1, 1)
+    prompt, prompt_mask = _left_align(agent_tokens, prompt_len, self.agent_prompt_len)
 
     task = jnp.where(valid[:, None] & up_to_eos, tokens, PAD)
     difficulty = jnp.where(valid, jnp.maximum(len_a, len_b), 0).astype(jnp.int32)
