@@ -123,8 +123,8 @@ def test_padded_operands_change_only_the_agent_prompt(domain):
   for i, prompt in enumerate(["B000+000=", "B010+009=", "B003+099=", "B999+999="]):
     np.testing.assert_array_equal(zero_padded.prompt[i], _ids(prompt))
     np.testing.assert_array_equal(zero_padded.prompt_mask[i], True)
-  np.testing.assert_array_equal(zero_padded.prompt[4], _row("_" * (domain.agent_prompt_len - 1) + "B",
-                                                            domain.agent_prompt_len))
+  width = domain.agent_prompt_len
+  np.testing.assert_array_equal(zero_padded.prompt[4], _row("_" * (width - 1) + "B", width))
   np.testing.assert_array_equal(zero_padded.prompt_mask[4], zero_padded.prompt[4] != PAD)
 
 
