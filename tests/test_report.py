@@ -13,6 +13,7 @@ import pytest
 
 from configs import default
 from train import report
+from train import run_report
 
 NUM_STEPS = 6
 EVAL_STEPS = (0, 3, 6)
@@ -197,3 +198,17 @@ def test_dynamics_row_gives_one_runs_start_band_difficulty_and_levels(written):
   assert cells[6] == "1.10 → 1.60"
   final = FINAL[("genenv", 0.3, 0)]
   assert cells[7:] == [f"0.500 → {final[1]:.3f}", f"0.100 → {final[2]:.3f}"]
+
+
+def test_run_summary_averages_the_last_evaluations_per_level():
+  accuracy = [0.1 * i for i in range(12)]  # evaluations at steps 0, 20, ..., 220
+  records = [{"step": 20 * i, "eval/accuracy": a, "eval/accuracy_d3": a / 2}
+             for i, a in enumerate(accuracy)]
+  summary = run_report.summarize(records, alpha=0.5, band=0.1)
+  tail = accuracy[-run_report.EVAL_TAIL:]
+  assert summary["eval/accuracy_start"] == 0.0
+  assert summary["eval/accuracy_end"] == pytest.approx(1.1)
+  assert summary[f"eval/accuracy_last{run_report.EVAL_TAIL}_mean"] == (
+      pytest.approx(np.mean(tail)))
+  assert summary[f"eval/accuracy_d3_last{run_report.EVAL_TAIL}_mean"] == (
+      pytest.approx(np.mean(tail) / 2))

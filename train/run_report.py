@@ -30,6 +30,11 @@ def _eval_levels(records):
   return sorted(names, key=lambda n: int(n.rsplit("d", 1)[1]))
 
 
+# Held-out evaluations averaged for a run's settled accuracy (one evaluation
+# scores each test task once, so a single one is noisy).
+EVAL_TAIL = 10
+
+
 def summarize(records, alpha: float, band: float) -> dict:
   """Figures the acceptance criteria read, computed from metrics records."""
   steps, success = _series(records, "env/success_rate")
@@ -62,6 +67,7 @@ def summarize(records, alpha: float, band: float) -> dict:
     if len(s):
       summary[f"{name}_start"] = float(v[0])
       summary[f"{name}_end"] = float(v[-1])
+      summary[f"{name}_last{EVAL_TAIL}_mean"] = float(v[-EVAL_TAIL:].mean())
   return summary
 
 
