@@ -363,6 +363,17 @@ def test_random_operands_spread_over_both_positions_and_lengths():
   assert set(shorter.tolist()) == {1, 2, 3, 4}
 
 
+def test_operand_digits_reads_each_operands_length_and_zeroes_invalid_rows():
+  domain = ArithmeticDomain(max_digits=3)
+  rows = domain.encode_tasks(np.array([123, 7, 0, 45]), np.array([45, 980, 6, 100]))
+  malformed = rows[:1].copy()
+  malformed[0, 0] = PLUS  # `+23+45=`: not a task
+  digits = domain.operand_digits(np.concatenate([rows, malformed]))
+  np.testing.assert_array_equal(digits, [[3, 2], [1, 3], [1, 1], [2, 3], [0, 0]])
+  with pytest.raises(ValueError, match=r"tasks must have shape \[N, 9\]"):
+    domain.operand_digits(rows[:, :5])
+
+
 def test_encode_tasks_rejects_bad_operands():
   domain = ArithmeticDomain(max_digits=2)
   with pytest.raises(ValueError, match="a must lie in 0..99"):

@@ -1,12 +1,15 @@
 """The driver end to end (smoke config): stages, metrics, report, and resume."""
 
 import json
+import math
 import os
 
 from etils import epath
+import numpy as np
 import pytest
 
 from configs import default
+from train import agent_breakdown
 from train import agent_probe
 from train import init_from
 from train import loop
@@ -152,3 +155,58 @@ def test_agent_probe_starts_from_the_warm_started_agent(uninterrupted, method):
                                           else [0, 2])
   key = "train_reward" if method == "grpo" else "loss"
   assert all(0.0 <= r[key] < 1e3 for r in records[1:])
+
+
+def test_agent_probe_fixed_tasks_repeat_one_draw_and_fresh_ones_do_not():
+  rows = np.arange(100)[:, None] * np.ones((1, 3), np.int32)
+  fixed = list(agent_probe.training_batches(rows, np.random.default_rng(0), 8,
+                                            4, fixed=True))
+  fresh = list(agent_probe.training_batches(rows, np.random.default_rng(0), 8,
+                                            4, fixed=False))
+  assert len(fixed) == len(fresh) == 4
+  assert all(np.array_equal(b, fixed[0]) for b in fixed)
+  np.testing.assert_array_equal(fresh[0], fixed[0])  # the same first draw
+  assert not any(np.array_equal(b, fresh[0]) for b in fresh[1:])
+  with pytest.raises(ValueError, match="--fixed_tasks applies to --method=grpo"):
+    agent_probe.run(default.get_config("smoke"), "/nonexistent", "sft", [1],
+                    steps=1, learning_rate=None, tasks_per_step=8,
+                    eval_every=1, fixed_tasks=True)
+
+
+def test_pass_at_k_matches_counting_the_subsets():
+  rng = np.random.default_rng(3)
+  correct = rng.random((6, 7)) < np.linspace(0, 1, 6)[:, None]
+  for k in (1, 3, 7):
+    expected = [1 - math.comb(int(7 - c), k) / math.comb(7, k)
+                for c in correct.sum(axis=1)]
+    np.testing.assert_allclose(agent_breakdown.pass_at_k(correct, k),
+                               expected, rtol=1e-12)
+  with pytest.raises(ValueError, match="pass@8 needs 1 <= k <= attempts"):
+    agent_breakdown.pass_at_k(correct, 8)
+
+
+def test_agent_breakdown_greedy_accuracy_is_the_runs_heldout_accuracy(
+    uninterrupted):
+  config, workdir, _ = uninterrupted
+  breakdown_config = default.get_config("smoke")
+  breakdown_config.data.tfds_dir = config.data.tfds_dir
+  last = config.coevolve.num_steps
+  records = agent_breakdown.run(breakdown_config, workdir, step=last,
+                                attempts=4)
+  evaluated = next(r for r in _read(workdir)
+                   if r["step"] == last and "eval/accuracy" in r)
+  levels = sorted({r["level"] for r in records})
+  assert levels == [1, 2]
+  for level in levels:
+    at_level = [r for r in records if r["level"] == level]
+    whole = next(r for r in at_level if r["layout"] == "all")
+    assert whole["greedy"] == pytest.approx(
+        evaluated[f"eval/accuracy_d{level}"], abs=1e-4)
+    layouts = [r for r in at_level if r["layout"] != "all"]
+    assert sum(r["tasks"] for r in layouts) == whole["tasks"]
+    assert all(max(map(int, r["layout"].split("+"))) == level
+               for r in layouts)
+    for r in at_level:
+      assert 0.0 <= r["sampled"] <= r["pass@4"] <= 1.0
+  with pytest.raises(FileNotFoundError, match="no step-3 checkpoint"):
+    agent_breakdown.run(breakdown_config, workdir, step=3, attempts=4)

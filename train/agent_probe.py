@@ -8,9 +8,9 @@ Reads the step-0 checkpoint (the players after stage 1) and the seed data of
 `--workdir`, then runs `--steps` updates on training tasks of `--levels` only:
 `grpo` uses the co-evolution step's own GRPO update (`--tasks_per_step` tasks,
 `config.coevolve.attempts` attempts each, no simulator; evaluated every
-`--eval_every` steps); `sft` uses stage 1's supervised update (its warm-up +
-cosine schedule) on the same number of tasks per step, evaluated at the start
-and the end. Prints one JSON line per evaluation with the held-out accuracy per
+`--eval_every` steps; with `--fixed_tasks` the same tasks at every update);
+`sft` uses stage 1's supervised update (its warm-up + cosine schedule) on the
+same number of tasks per step, evaluated at the start and the end. Prints one JSON line per evaluation with the held-out accuracy per
 difficulty level (greedy).
 """
 
@@ -25,7 +25,6 @@ import jax
 import jax.numpy as jnp
 from ml_collections import config_flags
 import numpy as np
-import orbax.checkpoint as ocp
 
 from genenv_jax import coevolve
 from genenv_jax import dispatch
@@ -35,6 +34,7 @@ from genenv_jax.tasks import get_domain
 from train import datasets
 from train import heldout
 from train import loop
+from train import run_checkpoints
 from train import warmstart
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "The run's config.")
@@ -47,19 +47,23 @@ _LR = flags.DEFINE_float("learning_rate", None, "Defaults to the config's "
                          "agent (grpo) or warm-start (sft) learning rate.")
 _TASKS = flags.DEFINE_integer("tasks_per_step", 40, "Tasks per update.")
 _EVAL_EVERY = flags.DEFINE_integer("eval_every", 20, "Steps between evals.")
+_FIXED = flags.DEFINE_bool("fixed_tasks", False, "grpo: train on the same "
+                           "--tasks_per_step tasks at every update (does the "
+                           "update fit what it sees?) instead of fresh ones.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-def _warm_agent_params(workdir: str, mesh):
-  path = os.path.join(os.path.abspath(workdir), "checkpoints")
-  manager = ocp.CheckpointManager(path)
-  if 0 not in manager.all_steps():
-    raise FileNotFoundError(
-        f"{path} has no step-0 checkpoint (the warm-started players); run "
-        "train.main on this workdir first.")
-  raw = manager.restore(0, args=ocp.args.StandardRestore())
-  return jax.device_put(jax.tree.map(np.asarray, raw["agent"]["params"]),
-                        sharding.replicated(mesh))
+def training_batches(rows: np.ndarray, rng: np.random.Generator,
+                     tasks_per_step: int, steps: int, fixed: bool):
+  """The task rows of each update: fresh draws from `rows` every update, or
+  (fixed) one draw repeated, to see whether the update fits what it sees.
+
+  Yields int32[tasks_per_step, task_len] `steps` times."""
+  batch = rows[rng.integers(0, len(rows), tasks_per_step)]
+  for _ in range(steps):
+    yield batch
+    if not fixed:
+      batch = rows[rng.integers(0, len(rows), tasks_per_step)]
 
 
 def _grpo_step(config, domain, players):
@@ -86,8 +90,10 @@ def _grpo_step(config, domain, players):
 
 def run(config, workdir: str, method: str, levels: list[int], steps: int,
         learning_rate: float | None, tasks_per_step: int,
-        eval_every: int) -> list[dict]:
+        eval_every: int, fixed_tasks: bool = False) -> list[dict]:
   """Runs the probe; returns the printed records."""
+  if fixed_tasks and method != "grpo":
+    raise ValueError(f"--fixed_tasks applies to --method=grpo, not {method!r}.")
   mesh = sharding.make_mesh(dict(config.mesh))
   rules = sharding.DEFAULT_RULES
   domain = get_domain(config.task)
@@ -104,7 +110,7 @@ def run(config, workdir: str, method: str, levels: list[int], steps: int,
   evaluate = heldout.HeldoutEval(
       domain, players.agent_model, test["task"], test["difficulty"], mesh,
       rules, config.curriculum.success_threshold)
-  params = _warm_agent_params(workdir, mesh)
+  params = run_checkpoints.agent_params(workdir, mesh)
   records = []
 
   def report(step, **extra):
@@ -128,16 +134,17 @@ def run(config, workdir: str, method: str, levels: list[int], steps: int,
     report(steps, loss=round(float(np.mean(losses[-eval_every:])), 4))
     return records
 
-  rows = train["task"][chosen]
   agent = coevolve.PlayerState(
       params=params, opt_state=jax.jit(players.agent_opt.init)(params),
       ref_params=jax.tree.map(jnp.copy, params))
   step_fn = _grpo_step(config, domain, players)
   window = dispatch.DispatchWindow()
   rewards = []
-  for step in range(1, steps + 1):
-    batch_rows = jnp.asarray(rows[rng.integers(0, len(rows), tasks_per_step)])
-    agent, reward = step_fn(agent, batch_rows, jax.random.PRNGKey(step))
+  batches = training_batches(train["task"][chosen], rng, tasks_per_step, steps,
+                             fixed_tasks)
+  for step, batch_rows in enumerate(batches, start=1):
+    agent, reward = step_fn(agent, jnp.asarray(batch_rows),
+                            jax.random.PRNGKey(step))
     window.push(reward)
     rewards.append(reward)
     if step % eval_every == 0 or step == steps:
@@ -151,7 +158,7 @@ def main(argv):
   del argv
   run(_CONFIG.value, _WORKDIR.value, _METHOD.value,
       [int(x) for x in _LEVELS.value], _STEPS.value, _LR.value, _TASKS.value,
-      _EVAL_EVERY.value)
+      _EVAL_EVERY.value, _FIXED.value)
 
 
 if __name__ == "__main__":

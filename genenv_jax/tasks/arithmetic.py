@@ -329,6 +329,26 @@ class ArithmeticDomain(TaskDomain):
       raise ValueError(f"tokens must have shape [N, T] or [T], got {rows.shape}")
     return ["".join(_TOKEN_TEXT.get(int(t), f"<{int(t)}>") for t in row) for row in rows]
 
+  def operand_digits(self, tasks: np.ndarray | jax.Array) -> np.ndarray:
+    """Digit counts of each written task's two operands (its layout: `3+2` for
+    `123+45=`), the finer grain of a difficulty level.
+
+    Args:
+      tasks: int[N, task_len] written-task rows `a+b=<eos>`.
+
+    Returns:
+      int64[N, 2]: digits of a and of b; (0, 0) for a row that is not a valid task.
+    """
+    rows = np.asarray(tasks)
+    if rows.ndim != 2 or rows.shape[1] != self.task_len:
+      raise ValueError(f"tasks must have shape [N, {self.task_len}], got {rows.shape}")
+    parsed = self.parse(jnp.asarray(rows, jnp.int32), jnp.asarray(rows != PAD))
+    valid = np.asarray(parsed.valid)
+    plus = np.argmax(rows == PLUS, axis=1)
+    equals = np.argmax(rows == EQUALS, axis=1)
+    digits = np.stack([plus, equals - plus - 1], axis=1).astype(np.int64)
+    return np.where(valid[:, None], digits, 0)
+
   def encode_tasks(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Written-task rows `a+b=<eos>` for operand arrays.
 
