@@ -10,8 +10,9 @@ Reads the step-0 checkpoint (the players after stage 1) and the seed data of
 `config.coevolve.attempts` attempts each, no simulator; evaluated every
 `--eval_every` steps; with `--fixed_tasks` the same tasks at every update);
 `sft` uses stage 1's supervised update (its warm-up + cosine schedule) on the
-same number of tasks per step, evaluated at the start and the end. Prints one JSON line per evaluation with the held-out accuracy per
-difficulty level (greedy).
+same number of tasks per step, evaluated at the start and the end. Prints one
+JSON line per evaluation with the held-out accuracy per difficulty level
+(greedy).
 """
 
 from __future__ import annotations

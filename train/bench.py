@@ -28,8 +28,9 @@ it reached).
 
 All sides are compiled and warmed up first, then timed alternately (ours, HF,
 Tunix, ours, ...); each figure is the median of --repeats. torch runs on
---threads threads (default: all cores) with OMP_WAIT_POLICY=PASSIVE unless
-set otherwise. Tunix is measured when the environment variable TUNIX_PYTHON
+--threads threads (default: all cores) with its OpenMP settings as the
+environment leaves them (OMP_WAIT_POLICY=PASSIVE, say, slows HF by 5-10% at
+these shapes). Tunix is measured when the environment variable TUNIX_PYTHON
 names a Python with `google-tunix` installed: it runs `train/bench_tunix.py`
 as a worker process (Tunix pins library versions this project's environment
 does not have). Without it, or where the worker fails, the Tunix keys are
@@ -558,9 +559,6 @@ def main(argv: list[str] | None = None) -> None:
     return
   if args.repeats < 1:
     raise SystemExit(f"--repeats={args.repeats} must be >= 1.")
-  # Spinning OpenMP workers make torch many times slower whenever the cores
-  # are shared (e.g. with XLA's own thread pool); read when torch loads.
-  os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
   # Before JAX initialises its backend; the Tunix worker inherits it too, so
   # both JAX stacks compile with the same XLA flags.
   cpu_flags.use_library_fusions()
