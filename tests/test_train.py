@@ -185,6 +185,27 @@ def test_pass_at_k_matches_counting_the_subsets():
     agent_breakdown.pass_at_k(correct, 8)
 
 
+def test_sign_test_and_paired_change_by_hand():
+  assert agent_breakdown.sign_test_p(8, 0) == pytest.approx(2 / 2**8)
+  assert agent_breakdown.sign_test_p(0, 8) == pytest.approx(2 / 2**8)
+  # 6 of 8 one way: 2 * (C(8,6) + C(8,7) + C(8,8)) / 2**8 = 74 / 256.
+  assert agent_breakdown.sign_test_p(6, 2) == pytest.approx(74 / 256)
+  assert agent_breakdown.sign_test_p(3, 3) == 1.0
+  assert agent_breakdown.sign_test_p(0, 0) == 1.0
+  base_greedy = np.array([False, False, True, True])
+  greedy = np.array([True, False, False, True])
+  base_sampled = np.array([[0, 0], [0, 1], [1, 1], [1, 0]], bool)
+  sampled = np.array([[1, 1], [0, 1], [0, 1], [1, 1]], bool)
+  change = agent_breakdown.paired_change(base_greedy, base_sampled, greedy,
+                                         sampled)
+  gains = np.array([1.0, 0.0, -0.5, 0.5])
+  assert change["fixed"] == 1 and change["broken"] == 1
+  assert change["sign_test_p"] == 1.0
+  assert change["sampled_gain"] == pytest.approx(gains.mean())
+  assert change["sampled_gain_se"] == pytest.approx(
+      gains.std(ddof=1) / 2, abs=1e-4)
+
+
 def test_agent_breakdown_greedy_accuracy_is_the_runs_heldout_accuracy(
     uninterrupted):
   config, workdir, _ = uninterrupted
@@ -192,9 +213,11 @@ def test_agent_breakdown_greedy_accuracy_is_the_runs_heldout_accuracy(
   breakdown_config.data.tfds_dir = config.data.tfds_dir
   last = config.coevolve.num_steps
   records = agent_breakdown.run(breakdown_config, workdir, step=last,
-                                attempts=4)
+                                attempts=4, baseline_step=0)
   evaluated = next(r for r in _read(workdir)
                    if r["step"] == last and "eval/accuracy" in r)
+  warm = next(r for r in _read(workdir)
+              if r["step"] == 0 and "eval/accuracy" in r)
   levels = sorted({r["level"] for r in records})
   assert levels == [1, 2]
   for level in levels:
@@ -208,5 +231,11 @@ def test_agent_breakdown_greedy_accuracy_is_the_runs_heldout_accuracy(
                for r in layouts)
     for r in at_level:
       assert 0.0 <= r["sampled"] <= r["pass@4"] <= 1.0
+    # The baseline is the warm-started agent: its greedy accuracy is the
+    # run's step-0 evaluation, and the flips account for the difference.
+    assert whole["baseline_greedy"] == pytest.approx(
+        warm[f"eval/accuracy_d{level}"], abs=1e-4)
+    assert whole["fixed"] - whole["broken"] == round(
+        (whole["greedy"] - whole["baseline_greedy"]) * whole["tasks"])
   with pytest.raises(FileNotFoundError, match="no step-3 checkpoint"):
     agent_breakdown.run(breakdown_config, workdir, step=3, attempts=4)

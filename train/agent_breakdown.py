@@ -3,13 +3,18 @@ sampling could reach: per difficulty level, the greedy accuracy, the mean
 success of sampled attempts and pass@k.
 
   python -m train.agent_breakdown --config=configs/default.py --workdir=runs/default \
-      [--step=0] [--attempts=32]
+      [--step=0] [--attempts=32] [--baseline_step=N]
 
 Reads the agent of checkpoint `--step` (0: the warm-started agent) and the
 held-out test split of `--workdir`, answers every held-out task once greedily
 and `--attempts` times at the config's agent temperature, and prints one JSON
 line per level. For the arithmetic domain it also prints one line per operand
 layout within a level (`"3+2"`: a three-digit plus a two-digit operand).
+With `--baseline_step` (say 0, against a later `--step`) each line also
+compares the two agents task by task on the same tasks: how many tasks the
+later one fixes and breaks (greedy), the sign test's p-value of that split,
+and the mean change in sampled success with its standard error. Paired like
+this, a change shows far sooner than in two accuracies' own standard errors.
 
 Reading it: GRPO can only reinforce correct answers the agent samples. Where
 pass@k lies well above the sampled success, the attempts hold such answers;
@@ -20,6 +25,7 @@ to learn from.
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from absl import app
@@ -64,6 +70,38 @@ def pass_at_k(correct: np.ndarray, k: int) -> np.ndarray:
   return out
 
 
+def sign_test_p(fixed: int, broken: int) -> float:
+  """Two-sided exact sign test: the chance, were the two agents equally good,
+  of a split of the fixed + broken tasks at least this uneven."""
+  n = fixed + broken
+  tail = sum(math.comb(n, i) for i in range(max(fixed, broken), n + 1))
+  return min(1.0, 2.0 * tail / 2.0**n)
+
+
+def paired_change(base_greedy: np.ndarray, base_sampled: np.ndarray,
+                  greedy: np.ndarray, sampled: np.ndarray) -> dict:
+  """How a later agent differs from a baseline on the same t tasks.
+
+  Args:
+    base_greedy, greedy: bool[t] greedy answers correct.
+    base_sampled, sampled: bool[t, n] sampled attempts correct.
+
+  Returns:
+    fixed / broken: tasks the later agent answers right / wrong (greedy)
+    where the baseline did not; sign_test_p of that split; sampled_gain: the
+    mean over tasks of the change in sampled success, with its standard
+    error sampled_gain_se (over tasks; 0 for a single task).
+  """
+  fixed = int(np.sum(greedy & ~base_greedy))
+  broken = int(np.sum(base_greedy & ~greedy))
+  gain = sampled.mean(axis=1) - base_sampled.mean(axis=1)
+  se = gain.std(ddof=1) / np.sqrt(gain.size) if gain.size > 1 else 0.0
+  return {"fixed": fixed, "broken": broken,
+          "sign_test_p": round(sign_test_p(fixed, broken), 4),
+          "sampled_gain": round(float(gain.mean()), 4),
+          "sampled_gain_se": round(float(se), 4)}
+
+
 def _summary(greedy: np.ndarray, sampled: np.ndarray) -> dict:
   """greedy bool[t]; sampled bool[t, n] -> the figures of those t tasks."""
   n = sampled.shape[1]
@@ -75,9 +113,12 @@ def _summary(greedy: np.ndarray, sampled: np.ndarray) -> dict:
   return record
 
 
-def run(config, workdir: str, step: int, attempts: int) -> list[dict]:
+def run(config, workdir: str, step: int, attempts: int,
+        baseline_step: int | None = None) -> list[dict]:
   """Prints and returns one record per level (layout "all") and, for the
-  arithmetic domain, per operand layout within each level."""
+  arithmetic domain, per operand layout within each level. With a
+  baseline_step, each record also compares the agent with that checkpoint's
+  on the same tasks (`paired_change`; baseline_greedy, baseline_sampled)."""
   if attempts < 1:
     raise ValueError(f"--attempts={attempts} must be at least 1.")
   mesh = sharding.make_mesh(dict(config.mesh))
@@ -87,7 +128,10 @@ def run(config, workdir: str, step: int, attempts: int) -> list[dict]:
   data_dir = config.data.tfds_dir or os.path.join(workdir, "tfds")
   test = datasets.load_split(datasets.builder_config_from(config), "test",
                              data_dir)
-  params = run_checkpoints.agent_params(workdir, mesh, step)
+  agents = {"": run_checkpoints.agent_params(workdir, mesh, step)}
+  if baseline_step is not None:
+    agents["baseline_"] = run_checkpoints.agent_params(workdir, mesh,
+                                                       baseline_step)
   stop = dict(max_new_tokens=domain.answer_len, eos_ids=(domain.eos_id,),
               pad_id=domain.pad_id)
   threshold = config.curriculum.success_threshold
@@ -113,15 +157,27 @@ def run(config, workdir: str, step: int, attempts: int) -> list[dict]:
   records = []
   for level in sorted(int(d) for d in np.unique(test["difficulty"])):
     tasks = test["task"][test["difficulty"] == level]
-    greedy = np.asarray(greedy_fn(params, jnp.asarray(tasks), key))[:, 0]
-    sampled = np.asarray(sampled_fn(params, jnp.asarray(tasks), key))
+    greedy, sampled = {}, {}
+    for prefix, params in agents.items():
+      greedy[prefix] = np.asarray(greedy_fn(params, jnp.asarray(tasks),
+                                            key))[:, 0]
+      sampled[prefix] = np.asarray(sampled_fn(params, jnp.asarray(tasks), key))
     groups = [("all", np.ones(len(tasks), bool))]
     if isinstance(domain, ArithmeticDomain):
       layout = np.array([f"{a}+{b}" for a, b in domain.operand_digits(tasks)])
       groups += [(name, layout == name) for name in sorted(set(layout))]
     for name, chosen in groups:
       record = dict(step=step, level=level, layout=name,
-                    **_summary(greedy[chosen], sampled[chosen]))
+                    **_summary(greedy[""][chosen], sampled[""][chosen]))
+      if baseline_step is not None:
+        base_greedy = greedy["baseline_"][chosen]
+        base_sampled = sampled["baseline_"][chosen]
+        record.update(
+            baseline_step=baseline_step,
+            baseline_greedy=round(float(base_greedy.mean()), 4),
+            baseline_sampled=round(float(base_sampled.mean()), 4),
+            **paired_change(base_greedy, base_sampled, greedy[""][chosen],
+                            sampled[""][chosen]))
       print(json.dumps(record), flush=True)
       records.append(record)
   return records
@@ -136,12 +192,16 @@ def main() -> None:
                               "(0: the warm-started agent).")
   attempts = flags.DEFINE_integer("attempts", 32,
                                   "Sampled attempts per task.")
+  baseline = flags.DEFINE_integer(
+      "baseline_step", None, "Also compare with this checkpoint's agent on "
+      "the same tasks, e.g. 0 for the warm-started one.")
   flags.mark_flags_as_required(["config", "workdir"])
 
   def run_from_flags(argv):
     del argv
     cpu_flags.use_library_fusions()  # before JAX initialises a backend
-    run(config.value, workdir.value, step.value, attempts.value)
+    run(config.value, workdir.value, step.value, attempts.value,
+        baseline.value)
 
   app.run(run_from_flags)
 
