@@ -11,6 +11,8 @@ import pytest
 from configs import default
 from train import agent_breakdown
 from train import agent_probe
+from train import datasets
+from train import heldout
 from train import init_from
 from train import loop
 from train import metrics_log
@@ -64,6 +66,33 @@ def test_run_writes_metrics_report_and_compiles_once(uninterrupted):
     assert os.path.getsize(path) > 1000 or name == "summary.json", name
   with open(os.path.join(workdir, "report", "summary.json")) as f:
     assert json.load(f)["compiles"] == 1
+
+
+def test_evaluations_compare_with_the_step0_agent_task_by_task(uninterrupted):
+  config, workdir, summary = uninterrupted
+  records = [r for r in _read(workdir) if "eval/accuracy" in r]
+  test = datasets.load_split(datasets.builder_config_from(config), "test",
+                             config.data.tfds_dir)
+  step0 = np.load(os.path.join(workdir, loop.STEP0_ANSWERS))
+  assert step0.dtype == bool and step0.shape == test["difficulty"].shape
+  first = records[0]
+  assert first["step"] == 0 and "eval/fixed_d1" not in first
+  assert len(records) > 1
+  for record in records[1:]:
+    for level in (1, 2):
+      tasks = int(np.sum(test["difficulty"] == level))
+      fixed = record[f"eval/fixed_d{level}"]
+      broken = record[f"eval/broken_d{level}"]
+      change = (record[f"eval/accuracy_d{level}"]
+                - first[f"eval/accuracy_d{level}"])
+      assert fixed - broken == round(change * tasks)
+      assert fixed + broken <= tasks
+      assert record[f"eval/sign_test_p_d{level}"] == pytest.approx(
+          heldout.sign_test_p(int(fixed), int(broken)))
+  for level in (1, 2):
+    for name in ("fixed", "broken", "sign_test_p"):
+      key = f"eval/{name}_d{level}"
+      assert summary[key] == records[-1][key]
 
 
 def test_stopped_and_resumed_run_gives_the_same_metrics(uninterrupted,
@@ -186,12 +215,12 @@ def test_pass_at_k_matches_counting_the_subsets():
 
 
 def test_sign_test_and_paired_change_by_hand():
-  assert agent_breakdown.sign_test_p(8, 0) == pytest.approx(2 / 2**8)
-  assert agent_breakdown.sign_test_p(0, 8) == pytest.approx(2 / 2**8)
+  assert heldout.sign_test_p(8, 0) == pytest.approx(2 / 2**8)
+  assert heldout.sign_test_p(0, 8) == pytest.approx(2 / 2**8)
   # 6 of 8 one way: 2 * (C(8,6) + C(8,7) + C(8,8)) / 2**8 = 74 / 256.
-  assert agent_breakdown.sign_test_p(6, 2) == pytest.approx(74 / 256)
-  assert agent_breakdown.sign_test_p(3, 3) == 1.0
-  assert agent_breakdown.sign_test_p(0, 0) == 1.0
+  assert heldout.sign_test_p(6, 2) == pytest.approx(74 / 256)
+  assert heldout.sign_test_p(3, 3) == 1.0
+  assert heldout.sign_test_p(0, 0) == 1.0
   base_greedy = np.array([False, False, True, True])
   greedy = np.array([True, False, False, True])
   base_sampled = np.array([[0, 0], [0, 1], [1, 1], [1, 0]], bool)

@@ -25,7 +25,6 @@ to learn from.
 from __future__ import annotations
 
 import json
-import math
 import os
 
 from absl import app
@@ -40,6 +39,7 @@ from genenv_jax import sharding
 from genenv_jax.sampling import SamplingConfig, sample
 from genenv_jax.tasks import ArithmeticDomain, get_domain
 from train import datasets
+from train import heldout
 from train import loop
 from train import run_checkpoints
 
@@ -70,14 +70,6 @@ def pass_at_k(correct: np.ndarray, k: int) -> np.ndarray:
   return out
 
 
-def sign_test_p(fixed: int, broken: int) -> float:
-  """Two-sided exact sign test: the chance, were the two agents equally good,
-  of a split of the fixed + broken tasks at least this uneven."""
-  n = fixed + broken
-  tail = sum(math.comb(n, i) for i in range(max(fixed, broken), n + 1))
-  return min(1.0, 2.0 * tail / 2.0**n)
-
-
 def paired_change(base_greedy: np.ndarray, base_sampled: np.ndarray,
                   greedy: np.ndarray, sampled: np.ndarray) -> dict:
   """How a later agent differs from a baseline on the same t tasks.
@@ -97,7 +89,7 @@ def paired_change(base_greedy: np.ndarray, base_sampled: np.ndarray,
   gain = sampled.mean(axis=1) - base_sampled.mean(axis=1)
   se = gain.std(ddof=1) / np.sqrt(gain.size) if gain.size > 1 else 0.0
   return {"fixed": fixed, "broken": broken,
-          "sign_test_p": round(sign_test_p(fixed, broken), 4),
+          "sign_test_p": round(heldout.sign_test_p(fixed, broken), 4),
           "sampled_gain": round(float(gain.mean()), 4),
           "sampled_gain_se": round(float(se), 4)}
 

@@ -1,6 +1,9 @@
-"""Held-out evaluation of the agent by difficulty level (greedy decoding)."""
+"""Held-out evaluation of the agent by difficulty level (greedy decoding), and
+the task-by-task comparison of two agents on the held-out tasks."""
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +13,14 @@ from genenv_jax import sharding
 from genenv_jax.sampling import SamplingConfig, sample
 from genenv_jax.tasks.base import TaskDomain
 from models.config import ModelConfig
+
+
+def sign_test_p(fixed: int, broken: int) -> float:
+  """Two-sided exact sign test: the chance, were two agents equally good, of a
+  split of the fixed + broken tasks at least this uneven."""
+  n = fixed + broken
+  tail = sum(math.comb(n, i) for i in range(max(fixed, broken), n + 1))
+  return min(1.0, 2.0 * tail / 2.0**n)
 
 
 class HeldoutEval:
@@ -28,33 +39,50 @@ class HeldoutEval:
                rows: np.ndarray, difficulty: np.ndarray, mesh, rules,
                success_threshold: float = 1.0):
     self._levels = sorted(int(d) for d in np.unique(difficulty))
-    self._difficulty = jnp.asarray(difficulty)
+    self._difficulty = np.asarray(difficulty)
     self._rows = jnp.asarray(rows)
     greedy = SamplingConfig(max_new_tokens=domain.answer_len, temperature=0.0,
                             eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
 
     @jax.jit
     @sharding.in_mesh(mesh, rules)
-    def accuracy_by_level(params, rows, difficulty):
+    def answer(params, rows):
       parsed = domain.parse(rows, rows != domain.pad_id)
       out = sample(agent_model, params, parsed.prompt, parsed.prompt_mask,
                    jax.random.PRNGKey(0), greedy)
       reward = domain.verify(out.tokens, out.mask, parsed.reference,
                              parsed.reference_mask)
-      reward = ((reward >= success_threshold) & parsed.valid).astype(
-          jnp.float32)
-      per_level = jnp.stack([
-          jnp.sum(reward * (difficulty == d)) / jnp.maximum(
-              jnp.sum(difficulty == d), 1) for d in self._levels])
-      return jnp.mean(reward), per_level, jnp.mean(out.lengths)
+      return (reward >= success_threshold) & parsed.valid, out.lengths
 
-    self._fn = accuracy_by_level
+    self._answer = answer
 
-  def __call__(self, params) -> dict[str, float]:
-    overall, per_level, length = jax.device_get(
-        self._fn(params, self._rows, self._difficulty))
-    metrics = {"eval/accuracy": float(overall),
-               "eval/response_len": float(length)}
-    for level, acc in zip(self._levels, per_level):
-      metrics[f"eval/accuracy_d{level}"] = float(acc)
+  def correct(self, params) -> np.ndarray:
+    """bool[n]: which held-out tasks the agent answers right."""
+    return np.asarray(jax.device_get(self._answer(params, self._rows)[0]))
+
+  def __call__(self, params, baseline_correct: np.ndarray | None = None
+               ) -> dict[str, float]:
+    """eval/accuracy, eval/response_len and eval/accuracy_d<level>; with
+    baseline_correct (bool[n], another agent's `correct`) also, per level,
+    eval/fixed_d<level> and eval/broken_d<level> (tasks this agent answers
+    right / wrong where that one did not) and eval/sign_test_p_d<level>."""
+    correct, lengths = jax.device_get(self._answer(params, self._rows))
+    correct = np.asarray(correct)
+    metrics = {"eval/accuracy": float(np.mean(correct, dtype=np.float32)),
+               "eval/response_len": float(np.mean(lengths, dtype=np.float32))}
+    if baseline_correct is not None and baseline_correct.shape != correct.shape:
+      raise ValueError(
+          f"baseline_correct has shape {baseline_correct.shape}; the held-out "
+          f"set has {correct.shape[0]} tasks.")
+    for level in self._levels:
+      at_level = self._difficulty == level
+      metrics[f"eval/accuracy_d{level}"] = float(
+          np.mean(correct[at_level], dtype=np.float32))
+      if baseline_correct is not None:
+        now, before = correct[at_level], baseline_correct[at_level]
+        fixed = int(np.sum(now & ~before))
+        broken = int(np.sum(before & ~now))
+        metrics[f"eval/fixed_d{level}"] = float(fixed)
+        metrics[f"eval/broken_d{level}"] = float(broken)
+        metrics[f"eval/sign_test_p_d{level}"] = sign_test_p(fixed, broken)
     return metrics

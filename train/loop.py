@@ -3,12 +3,16 @@
 `train_and_evaluate(config, workdir)` runs a whole job. Re-running it on a
 workdir that holds a checkpoint resumes from the latest one: everything the
 step needs (both players, optimiser states, references, pools, rng, step) is
-in the checkpoint, and metrics.jsonl is cut back to the restored step.
+in the checkpoint, and metrics.jsonl is cut back to the restored step. Which
+held-out tasks the step-0 agent answers right is kept beside the checkpoints
+(`STEP0_ANSWERS`): every later evaluation compares the agent with it task by
+task.
 """
 
 from __future__ import annotations
 
 import functools
+import io
 import json
 import time
 
@@ -142,6 +146,29 @@ def _checkpoint_manager(workdir, config):
                                            create=True))
 
 
+STEP0_ANSWERS = "heldout_step0.npy"
+
+
+def _save_step0_answers(workdir: str, correct: np.ndarray) -> None:
+  """bool[n] held-out tasks the step-0 agent answers right, written whole to a
+  temporary file and then renamed into place."""
+  path = workdir_path(workdir) / STEP0_ANSWERS
+  partial = path.parent / (path.name + ".partial")
+  buffer = io.BytesIO()
+  np.save(buffer, correct)
+  partial.write_bytes(buffer.getvalue())
+  partial.rename(path)
+
+
+def _load_step0_answers(workdir: str) -> np.ndarray | None:
+  path = workdir_path(workdir) / STEP0_ANSWERS
+  if not path.exists():
+    logging.warning("%s is missing (a run from before it was kept): "
+                    "evaluations will not compare with the step-0 agent.", path)
+    return None
+  return np.load(io.BytesIO(path.read_bytes()))
+
+
 def _seed_data(config, domain, workdir: str) -> tuple[dict, dict]:
   """The seed data's train and test splits as {"task": int32[n, task_len]
   written-task rows, "difficulty": int32[n]}, through the domain's
@@ -228,11 +255,15 @@ def train_and_evaluate(config, workdir: str) -> dict:
     else:
       step0_metrics = dict(ws_metrics, **evaluate(state.agent.params))
     writer.write_scalars(0, step0_metrics)
+    step0_answers = evaluate.correct(state.agent.params)
+    if chief:
+      _save_step0_answers(workdir, step0_answers)
     ckpt.save(0, args=ocp.args.StandardSave(state))
     ckpt.wait_until_finished()
   else:
     logging.info("Resuming from checkpoint at step %d.", latest)
     state = ckpt.restore(latest, args=ocp.args.StandardRestore(target))
+    step0_answers = _load_step0_answers(workdir)
     if chief:
       jsonl.truncate_after(latest)
 
@@ -271,7 +302,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     for hook in hooks:
       hook(step)
     if step % config.eval.every_steps == 0 or step == num_steps:
-      eval_metrics = evaluate(state.agent.params)
+      eval_metrics = evaluate(state.agent.params, step0_answers)
       writer.write_scalars(step, eval_metrics)
       print(f"step {step}: held-out accuracy {eval_metrics['eval/accuracy']:.3f}"
             , flush=True)

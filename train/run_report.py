@@ -68,6 +68,11 @@ def summarize(records, alpha: float, band: float) -> dict:
       summary[f"{name}_start"] = float(v[0])
       summary[f"{name}_end"] = float(v[-1])
       summary[f"{name}_last{EVAL_TAIL}_mean"] = float(v[-EVAL_TAIL:].mean())
+  # The last evaluation against the step-0 agent, task by task (train/loop.py).
+  paired = {k for r in records for k in r
+            if re.fullmatch(r"eval/(fixed|broken|sign_test_p)_d\d+", k)}
+  for name in sorted(paired):
+    summary[name] = float(_series(records, name)[1][-1])
   return summary
 
 
