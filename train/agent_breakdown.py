@@ -84,14 +84,12 @@ def paired_change(base_greedy: np.ndarray, base_sampled: np.ndarray,
     mean over tasks of the change in sampled success, with its standard
     error sampled_gain_se (over tasks; 0 for a single task).
   """
-  fixed = int(np.sum(greedy & ~base_greedy))
-  broken = int(np.sum(base_greedy & ~greedy))
+  counts = heldout.paired_counts(base_greedy, greedy)
   gain = sampled.mean(axis=1) - base_sampled.mean(axis=1)
   se = gain.std(ddof=1) / np.sqrt(gain.size) if gain.size > 1 else 0.0
-  return {"fixed": fixed, "broken": broken,
-          "sign_test_p": round(heldout.sign_test_p(fixed, broken), 4),
-          "sampled_gain": round(float(gain.mean()), 4),
-          "sampled_gain_se": round(float(se), 4)}
+  return dict(counts, sign_test_p=round(counts["sign_test_p"], 4),
+              sampled_gain=round(float(gain.mean()), 4),
+              sampled_gain_se=round(float(se), 4))
 
 
 def _summary(greedy: np.ndarray, sampled: np.ndarray) -> dict:
@@ -124,36 +122,38 @@ def run(config, workdir: str, step: int, attempts: int,
   if baseline_step is not None:
     agents["baseline_"] = run_checkpoints.agent_params(workdir, mesh,
                                                        baseline_step)
-  stop = dict(max_new_tokens=domain.answer_len, eos_ids=(domain.eos_id,),
-              pad_id=domain.pad_id)
   threshold = config.curriculum.success_threshold
+  greedy_eval = heldout.HeldoutEval(domain, players.agent_model, test["task"],
+                                    test["difficulty"], mesh, rules, threshold)
+  sampling = SamplingConfig(
+      max_new_tokens=domain.answer_len, eos_ids=(domain.eos_id,),
+      pad_id=domain.pad_id, temperature=config.coevolve.agent_temperature)
 
-  def correct_fn(sampling_config, num_samples):
-    @jax.jit
-    @sharding.in_mesh(mesh, rules)
-    def correct(params, rows, key):
-      tasks = domain.parse(rows, rows != domain.pad_id)
-      out = sample(players.agent_model, params, tasks.prompt,
-                   tasks.prompt_mask, key, sampling_config, num_samples)
-      repeat = lambda x: jnp.repeat(x, num_samples, axis=0)
-      reward = domain.verify(out.tokens, out.mask, repeat(tasks.reference),
-                             repeat(tasks.reference_mask))
-      ok = (reward >= threshold) & repeat(tasks.valid)
-      return ok.reshape(-1, num_samples)
-    return correct
+  @jax.jit
+  @sharding.in_mesh(mesh, rules)
+  def sampled_correct(params, rows, key):
+    """bool[len(rows), attempts]: which sampled attempts are right."""
+    tasks = domain.parse(rows, rows != domain.pad_id)
+    out = sample(players.agent_model, params, tasks.prompt, tasks.prompt_mask,
+                 key, sampling, attempts)
+    repeat = lambda x: jnp.repeat(x, attempts, axis=0)
+    reward = domain.verify(out.tokens, out.mask, repeat(tasks.reference),
+                           repeat(tasks.reference_mask))
+    ok = (reward >= threshold) & repeat(tasks.valid)
+    return ok.reshape(-1, attempts)
 
-  greedy_fn = correct_fn(SamplingConfig(temperature=0.0, **stop), 1)
-  sampled_fn = correct_fn(SamplingConfig(
-      temperature=config.coevolve.agent_temperature, **stop), attempts)
   key = jax.random.PRNGKey(config.seed)
+  greedy_all = {prefix: greedy_eval.correct(params)
+                for prefix, params in agents.items()}
   records = []
   for level in sorted(int(d) for d in np.unique(test["difficulty"])):
-    tasks = test["task"][test["difficulty"] == level]
-    greedy, sampled = {}, {}
-    for prefix, params in agents.items():
-      greedy[prefix] = np.asarray(greedy_fn(params, jnp.asarray(tasks),
-                                            key))[:, 0]
-      sampled[prefix] = np.asarray(sampled_fn(params, jnp.asarray(tasks), key))
+    at_level = test["difficulty"] == level
+    tasks = test["task"][at_level]
+    greedy = {prefix: answers[at_level]
+              for prefix, answers in greedy_all.items()}
+    sampled = {prefix: np.asarray(sampled_correct(params, jnp.asarray(tasks),
+                                                  key))
+               for prefix, params in agents.items()}
     groups = [("all", np.ones(len(tasks), bool))]
     if isinstance(domain, ArithmeticDomain):
       layout = np.array([f"{a}+{b}" for a, b in domain.operand_digits(tasks)])

@@ -23,6 +23,16 @@ def sign_test_p(fixed: int, broken: int) -> float:
   return min(1.0, 2.0 * tail / 2.0**n)
 
 
+def paired_counts(before: np.ndarray, now: np.ndarray) -> dict:
+  """Two agents' answers to the same tasks, bool[t] each (right or wrong):
+  fixed / broken, the tasks `now` answers right / wrong where `before` did
+  not, and sign_test_p of that split."""
+  fixed = int(np.sum(now & ~before))
+  broken = int(np.sum(before & ~now))
+  return {"fixed": fixed, "broken": broken,
+          "sign_test_p": sign_test_p(fixed, broken)}
+
+
 class HeldoutEval:
   """Scores the agent on fixed held-out tasks: accuracy overall and per level.
 
@@ -62,10 +72,18 @@ class HeldoutEval:
 
   def __call__(self, params, baseline_correct: np.ndarray | None = None
                ) -> dict[str, float]:
-    """eval/accuracy, eval/response_len and eval/accuracy_d<level>; with
-    baseline_correct (bool[n], another agent's `correct`) also, per level,
-    eval/fixed_d<level> and eval/broken_d<level> (tasks this agent answers
-    right / wrong where that one did not) and eval/sign_test_p_d<level>."""
+    """The metrics of `metrics_and_answers`."""
+    return self.metrics_and_answers(params, baseline_correct)[0]
+
+  def metrics_and_answers(self, params,
+                          baseline_correct: np.ndarray | None = None
+                          ) -> tuple[dict[str, float], np.ndarray]:
+    """(metrics, `correct`) from one pass over the held-out tasks.
+
+    The metrics: eval/accuracy, eval/response_len and eval/accuracy_d<level>;
+    with baseline_correct (bool[n], another agent's `correct`) also, per
+    level, `paired_counts` against it as eval/fixed_d<level>,
+    eval/broken_d<level> and eval/sign_test_p_d<level>."""
     correct, lengths = jax.device_get(self._answer(params, self._rows))
     correct = np.asarray(correct)
     metrics = {"eval/accuracy": float(np.mean(correct, dtype=np.float32)),
@@ -79,10 +97,7 @@ class HeldoutEval:
       metrics[f"eval/accuracy_d{level}"] = float(
           np.mean(correct[at_level], dtype=np.float32))
       if baseline_correct is not None:
-        now, before = correct[at_level], baseline_correct[at_level]
-        fixed = int(np.sum(now & ~before))
-        broken = int(np.sum(before & ~now))
-        metrics[f"eval/fixed_d{level}"] = float(fixed)
-        metrics[f"eval/broken_d{level}"] = float(broken)
-        metrics[f"eval/sign_test_p_d{level}"] = sign_test_p(fixed, broken)
-    return metrics
+        paired = paired_counts(baseline_correct[at_level], correct[at_level])
+        for name, value in paired.items():
+          metrics[f"eval/{name}_d{level}"] = float(value)
+    return metrics, correct

@@ -252,10 +252,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
       logging.info("Stage 1: the warm-started players of %s.", init_from)
       state, step0_metrics = init_from_lib.restore_step0(
           config, target, workdir_path(init_from))
+      step0_answers = evaluate.correct(state.agent.params)
     else:
-      step0_metrics = dict(ws_metrics, **evaluate(state.agent.params))
+      eval_metrics, step0_answers = evaluate.metrics_and_answers(
+          state.agent.params)
+      step0_metrics = dict(ws_metrics, **eval_metrics)
     writer.write_scalars(0, step0_metrics)
-    step0_answers = evaluate.correct(state.agent.params)
     if chief:
       _save_step0_answers(workdir, step0_answers)
     ckpt.save(0, args=ocp.args.StandardSave(state))
