@@ -392,6 +392,11 @@ def make_step(config, domain: TaskDomain, players: Players
         "agent/reward_mean": _masked_mean(rewards.reshape(-1), attempt_valid),
         "agent/fresh_reward_mean": _masked_mean(
             rewards[:num_fresh].reshape(-1), repeat(fresh.valid)),
+        # Generated tasks whose attempts disagree: the only ones whose
+        # group-relative advantages are nonzero, i.e. that teach the agent.
+        "env/informative_frac": _masked_mean(
+            rewards[:num_fresh].max(axis=1) > rewards[:num_fresh].min(axis=1),
+            fresh.valid),
         "agent/kl": agent_metrics["kl"],
         "agent/loss": agent_metrics["loss"],
         "agent/clip_frac": agent_metrics["clip_frac"],

@@ -158,6 +158,8 @@ def test_three_steps_compile_once_and_count_parses(run):
   for m, v in zip(history, valid):
     if v:
       assert m["agent/fresh_reward_mean"] == 1.0 and m["env/success_rate"] == 1.0
+      # So no generated task's attempts disagree: none gives GRPO a signal.
+      assert m["env/informative_frac"] == 0.0
   # Replayed seed tasks with other answers were not.
   assert min(m["agent/reward_mean"] for m in history) < 1.0
   # The pool records the agent's success on each task it attempted: every added

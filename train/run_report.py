@@ -102,6 +102,8 @@ def plot(records, out_dir: str, alpha: float, band: float) -> list[str]:
   ax.axhline(alpha, color="tab:green", lw=1)
   for name, label in (("env/success_rate", "success rate on generated tasks"),
                       ("env/in_band_frac", "fraction of tasks in band"),
+                      ("env/informative_frac",
+                       "fraction of tasks whose attempts disagree"),
                       ("env/valid_frac", "valid fraction")):
     s, v = _series(records, name)
     ax.plot(s, v, label=label)
