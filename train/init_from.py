@@ -29,7 +29,9 @@ STEP0_FIELDS = (
     "pool.capacity", "pool.num_base", "pool.base_max_difficulty",
     "pool.env_capacity",
 )
-_NOT_COMPARED = ("warmstart.init_from", "data.tfds_dir")
+# The agent's reward in stage 2 (exact or partial credit) does not enter the
+# supervised warm-start or the held-out evaluation's exact scoring.
+_NOT_COMPARED = ("warmstart.init_from", "data.tfds_dir", "task.reward")
 # Step-0 fields added to the config after runs were made, each with the value
 # a run whose config.json lacks it ran with.
 ADDED_FIELDS = {"task.pad_operands": False}
