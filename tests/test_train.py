@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from configs import default
+from genenv_jax import pool as pool_lib
+from genenv_jax.tasks import ArithmeticDomain
 from train import agent_breakdown
 from train import agent_probe
 from train import datasets
@@ -16,6 +18,8 @@ from train import heldout
 from train import init_from
 from train import loop
 from train import metrics_log
+from train import pool_breakdown
+from train import run_checkpoints
 
 # Metrics that depend on wall-clock time, not on the computation.
 _TIMING = ("perf/step_time_s", "steps_per_sec", "uptime")
@@ -134,6 +138,7 @@ def test_warm_start_from_a_run_with_other_step0_fields_is_refused(
   other.data.tfds_dir = config.data.tfds_dir
   other.warmstart.init_from = workdir
   other.curriculum.alpha = 0.3  # stage-2 fields may differ ...
+  other.task.reward = "digits"  # (the agent's reward is one, though under task)
   assert not init_from.step0_conflicts(other, epath.Path(workdir))
   other.warmstart.agent_steps += 1  # ... step-0 fields may not
   other.seed = 5
@@ -233,6 +238,53 @@ def test_sign_test_and_paired_change_by_hand():
   assert change["sampled_gain"] == pytest.approx(gains.mean())
   assert change["sampled_gain_se"] == pytest.approx(
       gains.std(ddof=1) / 2, abs=1e-4)
+
+
+def test_pool_breakdown_by_hand():
+  domain = ArithmeticDomain(max_digits=3)
+  # Levels 3, 3, 3, 2 with layouts 3+1, 3+1, 1+3, 2+2; the last row was never
+  # attempted.
+  tasks = domain.encode_tasks(np.array([123, 456, 7, 12]),
+                              np.array([4, 5, 890, 34]))
+  rows = {"task": tasks, "difficulty": np.array([3, 3, 3, 2]),
+          "success": np.array([0.5, 1.0, 0.0, pool_lib.UNKNOWN_SUCCESS],
+                              np.float32)}
+  got = {(r["level"], r["layout"]): r
+         for r in pool_breakdown.breakdown(domain, rows)}
+  assert set(got) == {(2, "all"), (2, "2+2"), (3, "all"), (3, "1+3"),
+                      (3, "3+1")}
+  assert got[3, "all"] == dict(level=3, layout="all", tasks=3, share=0.75,
+                               success=0.5, mixed=round(1 / 3, 4))
+  assert got[3, "3+1"] == dict(level=3, layout="3+1", tasks=2, share=0.5,
+                               success=0.75, mixed=0.5)
+  assert got[3, "1+3"]["success"] == 0.0 and got[3, "1+3"]["mixed"] == 0.0
+  assert got[2, "2+2"] == dict(level=2, layout="2+2", tasks=1, share=0.25,
+                               success=None, mixed=None)
+  with pytest.raises(ValueError, match="no generated task"):
+    pool_breakdown.breakdown(domain, {k: v[:0] for k, v in rows.items()})
+
+
+def test_pool_breakdown_reads_the_runs_generated_rows(uninterrupted):
+  config, workdir, _ = uninterrupted
+  tool_config = default.get_config("smoke")
+  tool_config.data.tfds_dir = config.data.tfds_dir
+  step, pool = run_checkpoints.task_pool(workdir)
+  assert step == config.coevolve.num_steps
+  rows = pool_breakdown.generated_rows(tool_config, workdir, pool)
+  # What precedes them is the base data, row for row.
+  train = datasets.load_split(datasets.builder_config_from(config), "train",
+                              config.data.tfds_dir)
+  base = loop.base_row_indices(config, train["difficulty"])
+  np.testing.assert_array_equal(pool["tasks"][:base.size],
+                                train["task"][base])
+  # And they are every valid generation (the pool has room for all): none,
+  # from the smoke run's barely warm-started simulator, which the tool names.
+  generated = config.coevolve.num_seeds * config.coevolve.variations
+  valid = sum(round(r["env/valid_frac"] * generated) for r in _read(workdir)
+              if "env/valid_frac" in r)
+  assert len(rows["task"]) == valid == int(pool["size"]) - base.size
+  with pytest.raises(ValueError, match="no generated task"):
+    pool_breakdown.run(tool_config, workdir, step=None)
 
 
 def test_agent_breakdown_greedy_accuracy_is_the_runs_heldout_accuracy(

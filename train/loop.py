@@ -194,6 +194,19 @@ def _seed_data(config, domain, workdir: str) -> tuple[dict, dict]:
           datasets.load_split(builder_config, "test", data_dir))
 
 
+def base_row_indices(config, train_difficulty: np.ndarray) -> np.ndarray:
+  """int64[Nb]: the seed train split's rows that become D_train's base data
+  (up to config.pool.num_base of those at levels up to
+  config.pool.base_max_difficulty), in their order in the pool.
+
+  Args:
+    train_difficulty: int[n] the train split's difficulty per row.
+  """
+  easy = np.flatnonzero(train_difficulty <= config.pool.base_max_difficulty)
+  return np.random.default_rng(config.data.seed).permutation(easy)[
+      :config.pool.num_base]
+
+
 def train_and_evaluate(config, workdir: str) -> dict:
   """Runs (or resumes) a whole job in workdir. Returns the run summary."""
   if config.log_every < 1 or config.checkpoint_every % config.log_every:
@@ -216,9 +229,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
         config.to_json_best_effort(indent=2))
 
   train, test = _seed_data(config, domain, workdir)
-  easy = np.flatnonzero(train["difficulty"] <= config.pool.base_max_difficulty)
-  base = np.random.default_rng(config.data.seed).permutation(easy)[
-      :config.pool.num_base]
+  base = base_row_indices(config, train["difficulty"])
 
   jsonl = metrics_log.JsonlWriter(workdir) if chief else None
   writer = metric_writers.MultiWriter([

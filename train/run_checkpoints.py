@@ -1,6 +1,6 @@
-"""Reading a player out of a finished (or running) run's checkpoints, for the
-tools that study it apart from the run: `train.agent_probe`,
-`train.agent_breakdown`."""
+"""Reading a player or the agent's task pool out of a finished (or running)
+run's checkpoints, for the tools that study them apart from the run:
+`train.agent_probe`, `train.agent_breakdown`, `train.pool_breakdown`."""
 
 from __future__ import annotations
 
@@ -13,17 +13,35 @@ import orbax.checkpoint as ocp
 from genenv_jax import sharding
 
 
-def agent_params(workdir: str, mesh, step: int = 0):
-  """The agent's parameters in checkpoint `step` of the run in `workdir`
-  (0: the warm-started agent), replicated over `mesh`."""
+def _restore(workdir: str, step: int | None) -> tuple[int, dict]:
+  """(step, checkpoint `step` of the run in `workdir` as nested dicts of
+  arrays); step None reads the latest."""
   path = os.path.join(os.path.abspath(workdir), "checkpoints")
   manager = ocp.CheckpointManager(
       path, options=ocp.CheckpointManagerOptions(read_only=True))
+  if step is None and manager.latest_step() is not None:
+    step = manager.latest_step()
   if step not in manager.all_steps():
-    what = " (the warm-started players)" if step == 0 else ""
+    what = {0: "step-0 checkpoint (the warm-started players)",
+            None: "checkpoint"}.get(step, f"step-{step} checkpoint")
     raise FileNotFoundError(
-        f"{path} has no step-{step} checkpoint{what}; it holds steps "
+        f"{path} has no {what}; it holds steps "
         f"{sorted(manager.all_steps())}. Run train.main on this workdir first.")
-  raw = manager.restore(step, args=ocp.args.StandardRestore())
+  return step, manager.restore(step, args=ocp.args.StandardRestore())
+
+
+def agent_params(workdir: str, mesh, step: int = 0):
+  """The agent's parameters in checkpoint `step` of the run in `workdir`
+  (0: the warm-started agent), replicated over `mesh`."""
+  _, raw = _restore(workdir, step)
   return jax.device_put(jax.tree.map(np.asarray, raw["agent"]["params"]),
                         sharding.replicated(mesh))
+
+
+def task_pool(workdir: str, step: int | None = None
+              ) -> tuple[int, dict[str, np.ndarray]]:
+  """(step, D_train in checkpoint `step` of the run in `workdir`; None: the
+  latest), on the host: the TaskPool's fields "tasks" int32[C, L],
+  "difficulty" int32[C], "success" f32[C], "size", "cursor", "total_added"."""
+  step, raw = _restore(workdir, step)
+  return step, {k: np.asarray(v) for k, v in raw["pool"].items()}

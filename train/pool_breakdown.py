@@ -1,0 +1,114 @@
+"""What the agent was trained on: the generated tasks in a checkpoint's agent
+pool D_train, per difficulty level and (arithmetic) per operand layout.
+
+  python -m train.pool_breakdown --config=configs/default.py --workdir=DIR \
+      [--step=N]
+
+Reads D_train from checkpoint `--step` (default: the latest) and prints one
+JSON line per level and per layout within it, over the generated rows the pool
+holds (the base data is left out; once more tasks were generated than the pool
+has room for, these are the latest ones):
+
+  tasks: how many rows; share: their fraction of the generated rows;
+  success: mean of each row's success rate at the agent's latest attempts at
+  it (G attempts); mixed: fraction of rows whose latest attempts disagreed
+  (0 < success < 1), the only rows whose GRPO advantages were nonzero.
+
+Read beside `train.agent_breakdown`: a level's held-out accuracy can only
+follow the training tasks if they cover its layouts. The per-seed success rate
+(config.curriculum.per_seed) can meet α on average with a mix of tasks the
+agent always solves and tasks it almost never does; this shows that mix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from absl import app
+from absl import flags
+from ml_collections import config_flags
+import numpy as np
+
+from genenv_jax import pool as pool_lib
+from genenv_jax.tasks import ArithmeticDomain, get_domain
+from train import datasets
+from train import loop
+from train import run_checkpoints
+
+
+def generated_rows(config, workdir: str, pool: dict[str, np.ndarray]
+                   ) -> dict[str, np.ndarray]:
+  """The generated rows of a checkpoint's D_train: {"task": int32[n, L],
+  "difficulty": int32[n], "success": f32[n]}, rows [base_size, size)."""
+  data_dir = config.data.tfds_dir or os.path.join(workdir, "tfds")
+  train = datasets.load_split(datasets.builder_config_from(config), "train",
+                              data_dir)
+  base_size = loop.base_row_indices(config, train["difficulty"]).size
+  rows = slice(base_size, int(pool["size"]))
+  return {"task": pool["tasks"][rows], "difficulty": pool["difficulty"][rows],
+          "success": pool["success"][rows]}
+
+
+def breakdown(domain, rows: dict[str, np.ndarray]) -> list[dict]:
+  """One record per level (layout "all") and, for arithmetic, per operand
+  layout within it: tasks, share, success, mixed (see the module doc)."""
+  total = len(rows["task"])
+  if not total:
+    raise ValueError("The pool holds no generated task yet (step 0, or no "
+                     "valid generation): nothing to break down.")
+  # Every generated row is attempted the step it is written; a row's success
+  # is unknown only before any attempt.
+  known = rows["success"] != pool_lib.UNKNOWN_SUCCESS
+  layout = None
+  if isinstance(domain, ArithmeticDomain):
+    layout = np.array([f"{a}+{b}"
+                       for a, b in domain.operand_digits(rows["task"])])
+  records = []
+  for level in sorted(int(d) for d in np.unique(rows["difficulty"])):
+    at_level = rows["difficulty"] == level
+    groups = [("all", at_level)]
+    if layout is not None:
+      groups += [(name, at_level & (layout == name))
+                 for name in sorted(set(layout[at_level]))]
+    for name, chosen in groups:
+      scored = chosen & known
+      success = rows["success"][scored]
+      records.append(dict(
+          level=level, layout=name, tasks=int(chosen.sum()),
+          share=round(float(chosen.sum() / total), 4),
+          success=round(float(success.mean()), 4) if success.size else None,
+          mixed=(round(float(np.mean((success > 0) & (success < 1))), 4)
+                 if success.size else None)))
+  return records
+
+
+def run(config, workdir: str, step: int | None) -> list[dict]:
+  """Prints and returns the records of checkpoint `step` (None: latest)."""
+  domain = get_domain(config.task)
+  step, pool = run_checkpoints.task_pool(workdir, step)
+  records = [dict(step=step, **r) for r in
+             breakdown(domain, generated_rows(config, workdir, pool))]
+  for record in records:
+    print(json.dumps(record), flush=True)
+  return records
+
+
+def main() -> None:
+  """The command line; its flags exist only when this module runs as one."""
+  config = config_flags.DEFINE_config_file("config", None, "The run's config.")
+  workdir = flags.DEFINE_string("workdir", None, "A run's workdir with its "
+                                "checkpoints and seed data.")
+  step = flags.DEFINE_integer("step", None, "Checkpoint step whose pool is "
+                              "read (default: the latest).")
+  flags.mark_flags_as_required(["config", "workdir"])
+
+  def run_from_flags(argv):
+    del argv
+    run(config.value, workdir.value, step.value)
+
+  app.run(run_from_flags)
+
+
+if __name__ == "__main__":
+  main()
