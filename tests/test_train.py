@@ -251,8 +251,11 @@ def test_pool_breakdown_by_hand():
                               np.float32)}
   got = {(r["level"], r["layout"]): r
          for r in pool_breakdown.breakdown(domain, rows)}
-  assert set(got) == {(2, "all"), (2, "2+2"), (3, "all"), (3, "1+3"),
-                      (3, "3+1")}
+  assert set(got) == {("all", "all"), (2, "all"), (2, "2+2"), (3, "all"),
+                      (3, "1+3"), (3, "3+1")}
+  assert got["all", "all"] == dict(level="all", layout="all", tasks=4,
+                                   share=1.0, success=0.5,
+                                   mixed=round(1 / 3, 4))
   assert got[3, "all"] == dict(level=3, layout="all", tasks=3, share=0.75,
                                success=0.5, mixed=round(1 / 3, 4))
   assert got[3, "3+1"] == dict(level=3, layout="3+1", tasks=2, share=0.5,

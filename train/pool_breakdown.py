@@ -5,14 +5,15 @@ pool D_train, per difficulty level and (arithmetic) per operand layout.
       [--step=N]
 
 Reads D_train from checkpoint `--step` (default: the latest) and prints one
-JSON line per level and per layout within it, over the generated rows the pool
-holds (the base data is left out; once more tasks were generated than the pool
-has room for, these are the latest ones):
+JSON line for all its generated rows, one per level and one per layout within
+a level (the base data is left out; once more tasks were generated than the
+pool has room for, these are the latest ones):
 
   tasks: how many rows; share: their fraction of the generated rows;
   success: mean of each row's success rate at the agent's latest attempts at
   it (G attempts); mixed: fraction of rows whose latest attempts disagreed
-  (0 < success < 1), the only rows whose GRPO advantages were nonzero.
+  (0 < success < 1), which under the exact reward are the only rows whose
+  GRPO advantages were nonzero.
 
 Read beside `train.agent_breakdown`: a level's held-out accuracy can only
 follow the training tasks if they cover its layouts. The per-seed success rate
@@ -51,8 +52,9 @@ def generated_rows(config, workdir: str, pool: dict[str, np.ndarray]
 
 
 def breakdown(domain, rows: dict[str, np.ndarray]) -> list[dict]:
-  """One record per level (layout "all") and, for arithmetic, per operand
-  layout within it: tasks, share, success, mixed (see the module doc)."""
+  """One record over all rows (level and layout "all"), one per level
+  (layout "all") and, for arithmetic, one per operand layout within a level:
+  tasks, share, success, mixed (see the module doc)."""
   total = len(rows["task"])
   if not total:
     raise ValueError("The pool holds no generated task yet (step 0, or no "
@@ -64,22 +66,22 @@ def breakdown(domain, rows: dict[str, np.ndarray]) -> list[dict]:
   if isinstance(domain, ArithmeticDomain):
     layout = np.array([f"{a}+{b}"
                        for a, b in domain.operand_digits(rows["task"])])
-  records = []
+  groups = [("all", "all", np.ones(total, bool))]
   for level in sorted(int(d) for d in np.unique(rows["difficulty"])):
     at_level = rows["difficulty"] == level
-    groups = [("all", at_level)]
+    groups.append((level, "all", at_level))
     if layout is not None:
-      groups += [(name, at_level & (layout == name))
+      groups += [(level, name, at_level & (layout == name))
                  for name in sorted(set(layout[at_level]))]
-    for name, chosen in groups:
-      scored = chosen & known
-      success = rows["success"][scored]
-      records.append(dict(
-          level=level, layout=name, tasks=int(chosen.sum()),
-          share=round(float(chosen.sum() / total), 4),
-          success=round(float(success.mean()), 4) if success.size else None,
-          mixed=(round(float(np.mean((success > 0) & (success < 1))), 4)
-                 if success.size else None)))
+  records = []
+  for level, name, chosen in groups:
+    success = rows["success"][chosen & known]
+    records.append(dict(
+        level=level, layout=name, tasks=int(chosen.sum()),
+        share=round(float(chosen.sum() / total), 4),
+        success=round(float(success.mean()), 4) if success.size else None,
+        mixed=(round(float(np.mean((success > 0) & (success < 1))), 4)
+               if success.size else None)))
   return records
 
 
