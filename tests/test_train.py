@@ -288,6 +288,9 @@ def test_pool_breakdown_reads_the_runs_generated_rows(uninterrupted):
   assert len(rows["task"]) == valid == int(pool["size"]) - base.size
   with pytest.raises(ValueError, match="no generated task"):
     pool_breakdown.run(tool_config, workdir, step=None)
+  tool_config.task.name = "text"
+  with pytest.raises(ValueError, match="config.task.name='text'"):
+    pool_breakdown.generated_rows(tool_config, workdir, pool)
 
 
 def test_agent_breakdown_greedy_accuracy_is_the_runs_heldout_accuracy(

@@ -1,5 +1,5 @@
 """What the agent was trained on: the generated tasks in a checkpoint's agent
-pool D_train, per difficulty level and (arithmetic) per operand layout.
+pool D_train, per difficulty level and operand layout (arithmetic domain).
 
   python -m train.pool_breakdown --config=configs/default.py --workdir=DIR \
       [--step=N]
@@ -42,6 +42,10 @@ def generated_rows(config, workdir: str, pool: dict[str, np.ndarray]
                    ) -> dict[str, np.ndarray]:
   """The generated rows of a checkpoint's D_train: {"task": int32[n, L],
   "difficulty": int32[n], "success": f32[n]}, rows [base_size, size)."""
+  if config.task.name != "arithmetic":
+    raise ValueError(
+        f"config.task.name={config.task.name!r}: pool_breakdown finds the "
+        "base rows through the arithmetic domain's seed data only.")
   data_dir = config.data.tfds_dir or os.path.join(workdir, "tfds")
   train = datasets.load_split(datasets.builder_config_from(config), "train",
                               data_dir)
