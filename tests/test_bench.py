@@ -163,3 +163,29 @@ def test_matmul_gflops_times_both_libraries():
   rates = bench.matmul_gflops(64, 32, 48, repeats=2)
   assert set(rates) == {"ours", "hf"}
   assert all(0 < rate < 1e5 for rate in rates.values())
+
+
+def test_sampler_and_train_benchmarks_split_the_batch_over_every_device():
+  """Our side runs on the data mesh of all 8 devices: the sampler still
+  generates every token (the benchmark checks), and the sharded loss equals
+  HF's (the benchmark raises otherwise)."""
+  args = bench._parser().parse_args(
+      ["sampler", "--sizes", "tiny", "--repeats", "1", "--batch", "8",
+       "--prompt_length", "4", "--new_tokens", "3"])
+  mesh = bench.data_mesh()
+  assert mesh.shape["data"] == jax.device_count() == 8
+  records = list(bench._sampler_records(args, 100.0, None, "tiny"))
+  assert [r["mode"] for r in records] == ["sample", "greedy"]
+  for record in records:
+    assert record["devices"] == 8
+    assert record["ours"] > 0 and record["hf"] > 0
+  train = bench._train_record(args, 100.0, None, "tiny")
+  assert train["devices"] == 8 and train["ours"] > 0 and train["hf"] > 0
+
+
+def test_sampler_benchmark_names_a_batch_the_devices_do_not_divide():
+  args = bench._parser().parse_args(
+      ["sampler", "--sizes", "tiny", "--repeats", "1", "--batch", "6"])
+  with pytest.raises(ValueError,
+                     match=r"prompt.*dimension 0 of shape \(6, 32\)"):
+    list(bench._sampler_records(args, 100.0, None, "tiny"))

@@ -1,4 +1,4 @@
-"""genenv_jax.cpu_flags: the XLA:CPU flag the entry points (and this suite,
+"""genenv_jax.cpu_flags: the XLA:CPU flags the entry points (and this suite,
 through conftest) run with."""
 
 import os
@@ -29,3 +29,35 @@ def test_an_explicit_choice_is_kept():
 
 def test_this_suite_runs_with_the_flag():
   assert cpu_flags.YNN_FLAG in os.environ["XLA_FLAGS"]
+
+
+def test_one_device_per_core_sets_the_count_and_lifts_the_deadlines():
+  environ = {"XLA_FLAGS": "--xla_dump_to=/tmp/x"}
+  cpu_flags.use_one_device_per_core(environ, cores=3)
+  flags = dict(flag.split("=", 1) for flag in environ["XLA_FLAGS"].split())
+  assert flags["--xla_dump_to"] == "/tmp/x"
+  assert flags[cpu_flags.DEVICE_COUNT_FLAG] == "3"
+  for flag, seconds in cpu_flags.COLLECTIVE_DEADLINES:
+    assert flags[flag] == str(seconds)
+  before = environ["XLA_FLAGS"]
+  cpu_flags.use_one_device_per_core(environ, cores=5)  # already set: kept
+  assert environ["XLA_FLAGS"] == before
+
+
+def test_one_device_per_core_defaults_to_the_cores_this_process_may_use():
+  environ = {}
+  cpu_flags.use_one_device_per_core(environ)
+  assert (f"{cpu_flags.DEVICE_COUNT_FLAG}={cpu_flags.host_cores()}"
+          in environ["XLA_FLAGS"].split())
+  explicit = {"XLA_FLAGS": f"{cpu_flags.DEVICE_COUNT_FLAG}=1"}
+  cpu_flags.use_one_device_per_core(explicit)
+  counts = [flag for flag in explicit["XLA_FLAGS"].split()
+            if flag.startswith(cpu_flags.DEVICE_COUNT_FLAG)]
+  assert counts == [f"{cpu_flags.DEVICE_COUNT_FLAG}=1"]
+
+
+def test_project_settings_are_both():
+  environ = {}
+  cpu_flags.use_project_settings(environ)
+  assert cpu_flags.YNN_FLAG in environ["XLA_FLAGS"]
+  assert cpu_flags.DEVICE_COUNT_FLAG in environ["XLA_FLAGS"]

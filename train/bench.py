@@ -56,6 +56,7 @@ import numpy as np
 
 from genenv_jax import cpu_flags
 from genenv_jax import sampling
+from genenv_jax import sharding
 from models import config as model_config_lib
 from models import decoder
 
@@ -67,6 +68,13 @@ SAMPLER_BATCH, SAMPLER_PROMPT_LENGTH, SAMPLER_NEW_TOKENS = 64, 32, 32
 # metric -> whether a larger figure is better (throughput) or not (time).
 METRICS = {"tokens_per_s": True, "gflops": True, "seconds": False}
 TUNIX_PYTHON_ENV = "TUNIX_PYTHON"
+RULES = sharding.DEFAULT_RULES
+
+
+def data_mesh():
+  """Every device on the `data` axis, as a run's default mesh puts them: our
+  side splits its batch across them and replicates the weights."""
+  return sharding.make_mesh({"data": -1})
 
 
 # ----------------------------------------------------------- FLOP accounting
@@ -304,12 +312,12 @@ def _qwen2_hf_config(config: model_config_lib.ModelConfig):
       dtype="float32")
 
 
-def _twin_models(size: str, seed: int):
+def _twin_models(size: str, seed: int, mesh):
   """A random HF Qwen2ForCausalLM and our parameters for the same model.
 
   Returns:
-    (ModelConfig, our params read from the HF model's checkpoint, the HF
-    model in eval mode).
+    (ModelConfig, our params read from the HF model's checkpoint and
+    replicated over `mesh`, the HF model in eval mode).
   """
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
@@ -320,7 +328,7 @@ def _twin_models(size: str, seed: int):
   with tempfile.TemporaryDirectory() as hf_dir:
     hf_model.save_pretrained(hf_dir)
     params, _ = load_hf_params(hf_dir, config)
-  return config, jax.device_put(params), hf_model
+  return config, jax.device_put(params, sharding.replicated(mesh)), hf_model
 
 
 # ----------------------------------------------------------- sub-benchmarks
@@ -378,19 +386,24 @@ def _sampler_records(args: argparse.Namespace, peak: float,
   import torch  # pylint: disable=g-import-not-at-top
   batch, prompt_length, new_tokens = (args.batch, args.prompt_length,
                                       args.new_tokens)
-  config, params, hf_model = _twin_models(size, args.seed)
+  mesh = data_mesh()
+  config, params, hf_model = _twin_models(size, args.seed, mesh)
   rng = np.random.default_rng(args.seed)
-  prompts = rng.integers(0, config.vocab_size, (batch, prompt_length),
-                         dtype=np.int32)
-  prompt_mask = np.ones_like(prompts, bool)
-  hf_prompts = torch.from_numpy(prompts.astype(np.int64))
+  host_prompts = rng.integers(0, config.vocab_size, (batch, prompt_length),
+                              dtype=np.int32)
+  placed = sharding.shard_batch(
+      {"prompts": host_prompts,
+       "prompt_mask": np.ones_like(host_prompts, bool)}, mesh, RULES)
+  prompts, prompt_mask = placed["prompts"], placed["prompt_mask"]
+  hf_prompts = torch.from_numpy(host_prompts.astype(np.int64))
   hf_mask = torch.ones_like(hf_prompts)
   limit = peak * 1e9 / forward_flops_per_token(
       config, sampler_context(prompt_length, new_tokens))
   for mode, temperature in (("sample", 1.0), ("greedy", 0.0)):
     sampler = sampling.make_sampler(
         config, sampling.SamplingConfig(max_new_tokens=new_tokens,
-                                        temperature=temperature))
+                                        temperature=temperature),
+        mesh=mesh, rules=RULES)
     hf_options = (dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
                   if mode == "sample" else dict(do_sample=False))
 
@@ -430,7 +443,7 @@ def _sampler_records(args: argparse.Namespace, peak: float,
         tunix=rates.get("tunix"), limit=limit, mode=mode, batch=batch,
         prompt_length=prompt_length, new_tokens=new_tokens,
         repeats=args.repeats, torch_threads=args.threads,
-        backend=jax.default_backend())
+        devices=jax.device_count(), backend=jax.default_backend())
 
 
 def next_token_loss(config: model_config_lib.ModelConfig, params,
@@ -454,13 +467,18 @@ def bench_train(args: argparse.Namespace, peak: float) -> Iterable[dict]:
 def _train_record(args: argparse.Namespace, peak: float,
                   tunix: TunixWorker | None, size: str) -> dict:
   import torch  # pylint: disable=g-import-not-at-top
-  config, params, hf_model = _twin_models(size, args.seed)
-  tokens = np.random.default_rng(args.seed).integers(
+  mesh = data_mesh()
+  config, params, hf_model = _twin_models(size, args.seed, mesh)
+  host_tokens = np.random.default_rng(args.seed).integers(
       0, config.vocab_size, (TRAIN_BATCH, TRAIN_LENGTH), dtype=np.int32)
-  grad_fn = jax.jit(jax.value_and_grad(
-      lambda p, t: next_token_loss(config, p, t)))
+  tokens = sharding.shard_batch({"tokens": host_tokens}, mesh, RULES)["tokens"]
+  # The gradients come back replicated, as a data-parallel update uses them.
+  grad_fn = jax.jit(
+      sharding.in_mesh(mesh, RULES)(jax.value_and_grad(
+          lambda p, t: next_token_loss(config, p, t))),
+      out_shardings=sharding.replicated(mesh))
   hf_model.train()
-  hf_tokens = torch.from_numpy(tokens.astype(np.int64))
+  hf_tokens = torch.from_numpy(host_tokens.astype(np.int64))
 
   def ours(_):
     return jax.block_until_ready(grad_fn(params, tokens))
@@ -491,7 +509,7 @@ def _train_record(args: argparse.Namespace, peak: float,
       "train", size, "tokens_per_s", rates["ours"], hf=rates.get("hf"),
       tunix=rates.get("tunix"), limit=limit, batch=TRAIN_BATCH,
       length=TRAIN_LENGTH, repeats=args.repeats, torch_threads=args.threads,
-      backend=jax.default_backend())
+      devices=jax.device_count(), backend=jax.default_backend())
 
 
 def bench_step(args: argparse.Namespace, peak: float) -> Iterable[dict]:
@@ -559,9 +577,9 @@ def main(argv: list[str] | None = None) -> None:
     return
   if args.repeats < 1:
     raise SystemExit(f"--repeats={args.repeats} must be >= 1.")
-  # Before JAX initialises its backend; the Tunix worker inherits it too, so
-  # both JAX stacks compile with the same XLA flags.
-  cpu_flags.use_library_fusions()
+  # Before JAX initialises its backend; the Tunix worker inherits them too,
+  # so both JAX stacks compile with the same XLA flags on as many devices.
+  cpu_flags.use_project_settings()
   import torch  # pylint: disable=g-import-not-at-top
   torch.set_num_threads(args.threads)
   names = (["peak", "sampler", "train", "step"] if args.benchmark == "all"

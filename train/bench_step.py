@@ -1,7 +1,8 @@
 """The co-evolution step benchmark (`python -m train.bench step`).
 
 Both players are a random `tiny` or `small` preset (their own vocabularies)
-on one device. The agent batch matches the peers' GRPO step: 16 tasks x 4
+on the default mesh: every device on the `data` axis, so the batch is split
+across them (`train.bench.data_mesh`). The agent batch matches the peers' GRPO step: 16 tasks x 4
 attempts x 32 new tokens (4 seeds x 4 variations written by the simulator,
 no replayed tasks, arithmetic answers given 32 columns); one GRPO epoch in one
 minibatch; the simulator is updated by RWR. Random weights seldom write valid
@@ -188,7 +189,7 @@ def run(size: str, repeats: int, peak_gflops: float,
   config = step_config(size)
   domain = WideAnswerDomain(max_digits=config.task.max_digits)
   players = loop.build_players(config, domain)
-  mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
+  mesh = bench.data_mesh()
   agent_key, env_key = jax.random.split(jax.random.PRNGKey(config.seed))
   init = lambda model, key: sharding.sharded_init(
       functools.partial(decoder.init_boxed, model), mesh, RULES, key)[0]
@@ -201,7 +202,8 @@ def run(size: str, repeats: int, peak_gflops: float,
   limit = lambda phase_flops: phase_flops / (peak_gflops * 1e9)
   details = dict(seeds=NUM_SEEDS, variations=VARIATIONS, attempts=ATTEMPTS,
                  new_tokens=ANSWER_TOKENS, env_new_tokens=domain.task_len,
-                 repeats=repeats, backend=jax.default_backend())
+                 repeats=repeats, devices=jax.device_count(),
+                 backend=jax.default_backend())
 
   # Phases first (the whole step donates the state it is given).
   env_sample, agent_sample, verify_curriculum, agent_update, env_update = (

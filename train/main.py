@@ -74,7 +74,7 @@ def maybe_initialize_distributed(
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  cpu_flags.use_library_fusions()  # before JAX initialises a backend
+  cpu_flags.use_project_settings()  # before JAX initialises a backend
   maybe_initialize_distributed(FLAGS.distributed)
   # Imported here: the driver pulls in TensorFlow (through clu), which this
   # module's flags and multi-host set-up do not need.
