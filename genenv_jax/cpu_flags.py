@@ -11,8 +11,8 @@ XLA:CPU also shows the host as one device unless told otherwise, and then
 runs each op over all cores, so every small op of a decode step pays for
 splitting its work across threads and joining them. With one CPU device per
 core, the runs' `data` mesh axis splits the batch across cores instead and
-each device runs its half alone: the tiny sampler of `train.bench` runs about
-1.8x faster, forward + backward at the small preset some 5-10%. Collectives
+each device runs its half alone, which speeds up sampling most (README,
+"Performance"). Collectives
 between CPU devices meet across threads; on a loaded machine one thread can
 wait long for another, and XLA aborts the process once its default deadline
 passes, so the deadlines are lifted too.
@@ -68,6 +68,14 @@ def use_one_device_per_core(environ: MutableMapping[str, str] = os.environ,
                   host_cores() if cores is None else cores)
   for flag, seconds in COLLECTIVE_DEADLINES:
     _add_unless_set(environ, flag, seconds)
+
+
+def with_device_count(flags: str, count: int) -> str:
+  """XLA_FLAGS text `flags` with its device count (if any) replaced by
+  `count`."""
+  kept = [flag for flag in flags.split()
+          if flag.split("=", 1)[0] != DEVICE_COUNT_FLAG]
+  return " ".join(kept + [f"{DEVICE_COUNT_FLAG}={count}"])
 
 
 def use_project_settings(environ: MutableMapping[str, str] = os.environ

@@ -61,3 +61,13 @@ def test_project_settings_are_both():
   cpu_flags.use_project_settings(environ)
   assert cpu_flags.YNN_FLAG in environ["XLA_FLAGS"]
   assert cpu_flags.DEVICE_COUNT_FLAG in environ["XLA_FLAGS"]
+
+
+def test_with_device_count_replaces_only_the_count():
+  flags = (f"--xla_dump_to=/tmp/x {cpu_flags.DEVICE_COUNT_FLAG}=8 "
+           f"{cpu_flags.YNN_FLAG}=A")
+  assert cpu_flags.with_device_count(flags, 1).split() == [
+      "--xla_dump_to=/tmp/x", f"{cpu_flags.YNN_FLAG}=A",
+      f"{cpu_flags.DEVICE_COUNT_FLAG}=1"]
+  assert (cpu_flags.with_device_count("", 2)
+          == f"{cpu_flags.DEVICE_COUNT_FLAG}=2")

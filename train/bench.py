@@ -224,12 +224,20 @@ class TunixWorker:
   Each request is one line on the worker's stdin, answered by one line on
   its stdout: {"op": "setup", ...} builds and warms up a benchmark,
   {"op": "run", "repeat": k} times one run of it ({"seconds": t}).
+
+  The worker compiles with this process's XLA flags but on one CPU device:
+  Tunix's own layout for several devices shards the weights over them (its
+  fsdp axis), and on this project's 2-core machine that ran every Tunix
+  benchmark slower than one device did (sampler 1.2x, GRPO step 1.6x,
+  training 1.8-2.5x, alternating runs of both layouts).
   """
 
   def __init__(self, python: str):
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                           "bench_tunix.py")
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS=cpu_flags.with_device_count(
+                   os.environ.get("XLA_FLAGS", ""), 1))
     self._process = subprocess.Popen(
         [python, "-u", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True, env=env)
@@ -577,8 +585,8 @@ def main(argv: list[str] | None = None) -> None:
     return
   if args.repeats < 1:
     raise SystemExit(f"--repeats={args.repeats} must be >= 1.")
-  # Before JAX initialises its backend; the Tunix worker inherits them too,
-  # so both JAX stacks compile with the same XLA flags on as many devices.
+  # Before JAX initialises its backend; the Tunix worker inherits them too
+  # (but for the device count), so both JAX stacks compile alike.
   cpu_flags.use_project_settings()
   import torch  # pylint: disable=g-import-not-at-top
   torch.set_num_threads(args.threads)

@@ -81,10 +81,9 @@ class IdTokenizer:
 
 
 def _mesh():
-  # Every device on Tunix's fsdp axis, as ours puts them on its data axis.
   # Auto axes: Tunix's sharding annotations then need no explicit mesh
   # context in every call.
-  return jax.make_mesh((jax.device_count(), 1), ("fsdp", "tp"),
+  return jax.make_mesh((1, 1), ("fsdp", "tp"),
                        axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
 
