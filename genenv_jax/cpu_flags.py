@@ -8,14 +8,14 @@ third kind, elementwise fusions, is left off: with it XLA fails to compile
 some of this project's programs ("unsupported layout in YNN fusion").
 
 XLA:CPU also shows the host as one device unless told otherwise, and then
-runs each op over all cores, so every small op of a decode step pays for
-splitting its work across threads and joining them. With one CPU device per
-core, the runs' `data` mesh axis splits the batch across cores instead and
-each device runs its half alone, which speeds up sampling most (README,
-"Performance"). Collectives
-between CPU devices meet across threads; on a loaded machine one thread can
-wait long for another, and XLA aborts the process once its default deadline
-passes, so the deadlines are lifted too.
+splits each op's work across all cores, so every small op of a decode step
+pays for handing out and joining that work. With one CPU device per core the
+runs' `data` mesh axis splits the batch across cores instead, each device
+running the same ops on its share of the rows. That speeds up sampling most
+and slows the large matmuls of the `small` preset's updates (README,
+"Performance"). Collectives between CPU devices meet across threads; on a
+loaded machine one thread can wait long for another, and XLA aborts the
+process once its default deadline passes, so the deadlines are lifted too.
 
 Both only change how XLA:CPU compiles and runs; other backends ignore them.
 Each is added to XLA_FLAGS unless XLA_FLAGS already sets it (an explicit

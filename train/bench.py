@@ -479,7 +479,8 @@ def _train_record(args: argparse.Namespace, peak: float,
   config, params, hf_model = _twin_models(size, args.seed, mesh)
   host_tokens = np.random.default_rng(args.seed).integers(
       0, config.vocab_size, (TRAIN_BATCH, TRAIN_LENGTH), dtype=np.int32)
-  tokens = sharding.shard_batch({"tokens": host_tokens}, mesh, RULES)["tokens"]
+  tokens = sharding.shard_batch({"tokens": host_tokens}, mesh,
+                                RULES)["tokens"]
   # The gradients come back replicated, as a data-parallel update uses them.
   grad_fn = jax.jit(
       sharding.in_mesh(mesh, RULES)(jax.value_and_grad(

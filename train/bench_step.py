@@ -2,11 +2,12 @@
 
 Both players are a random `tiny` or `small` preset (their own vocabularies)
 on the default mesh: every device on the `data` axis, so the batch is split
-across them (`train.bench.data_mesh`). The agent batch matches the peers' GRPO step: 16 tasks x 4
-attempts x 32 new tokens (4 seeds x 4 variations written by the simulator,
-no replayed tasks, arithmetic answers given 32 columns); one GRPO epoch in one
-minibatch; the simulator is updated by RWR. Random weights seldom write valid
-tasks, which changes no shape and so no amount of work.
+across them (`train.bench.data_mesh`). The agent batch matches the peers'
+GRPO step: 16 tasks x 4 attempts x 32 new tokens (4 seeds x 4 variations
+written by the simulator, no replayed tasks, arithmetic answers given 32
+columns); one GRPO epoch in one minibatch; the simulator is updated by RWR.
+Random weights seldom write valid tasks, which changes no shape and so no
+amount of work.
 
 Records (metric "seconds", ratios "> 1 = we are faster"):
   phase "step": the whole step jitted as in training (`coevolve.jit_step`,
