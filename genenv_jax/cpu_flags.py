@@ -9,7 +9,8 @@ some of this project's programs ("unsupported layout in YNN fusion").
 
 XLA:CPU also shows the host as one device unless told otherwise, and then
 splits each op's work across all cores, so every small op of a decode step
-pays for handing out and joining that work. With one CPU device per core the
+pays for handing out and joining that work. With one CPU device per core (up
+to a power of two, see `devices_for_cores`) the
 runs' `data` mesh axis splits the batch across cores instead, each device
 running the same ops on its share of the rows. That speeds up sampling most
 and slows the large matmuls of the `small` preset's updates (README,
@@ -31,6 +32,7 @@ from typing import MutableMapping
 YNN_FUSIONS = ("LIBRARY_FUSION_TYPE_DOT", "LIBRARY_FUSION_TYPE_REDUCE")
 YNN_FLAG = "--xla_cpu_experimental_ynn_fusion_type"
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+MAX_DEVICES = 8
 COLLECTIVE_DEADLINES = (
     ("--xla_cpu_collective_call_warn_stuck_timeout_seconds", 300),
     ("--xla_cpu_collective_call_terminate_timeout_seconds", 1800),
@@ -60,12 +62,26 @@ def host_cores() -> int:
     return os.cpu_count() or 1
 
 
+def devices_for_cores(cores: int) -> int:
+  """The device count for `cores` cores: the largest power of two that is
+  at most `cores` and MAX_DEVICES, so that the batches of the shipped configs
+  (powers of two times small factors, 8 seed prompts per step at the least)
+  split evenly over the `data` axis on any machine."""
+  if cores < 1:
+    raise ValueError(f"cores={cores} must be >= 1.")
+  count = 1
+  while count * 2 <= min(cores, MAX_DEVICES):
+    count *= 2
+  return count
+
+
 def use_one_device_per_core(environ: MutableMapping[str, str] = os.environ,
                             cores: int | None = None) -> None:
-  """Makes XLA:CPU show `cores` devices (default: `host_cores()`) unless
-  XLA_FLAGS sets a device count, and lifts the collectives' deadlines."""
-  _add_unless_set(environ, DEVICE_COUNT_FLAG,
-                  host_cores() if cores is None else cores)
+  """Makes XLA:CPU show `devices_for_cores(cores)` devices (cores default:
+  `host_cores()`) unless XLA_FLAGS sets a device count, and lifts the
+  collectives' deadlines."""
+  _add_unless_set(environ, DEVICE_COUNT_FLAG, devices_for_cores(
+      host_cores() if cores is None else cores))
   for flag, seconds in COLLECTIVE_DEADLINES:
     _add_unless_set(environ, flag, seconds)
 

@@ -3,6 +3,8 @@ through conftest) run with."""
 
 import os
 
+import pytest
+
 from genenv_jax import cpu_flags
 
 
@@ -31,12 +33,19 @@ def test_this_suite_runs_with_the_flag():
   assert cpu_flags.YNN_FLAG in os.environ["XLA_FLAGS"]
 
 
+def test_devices_for_cores_is_the_largest_power_of_two_up_to_the_cap():
+  counts = [cpu_flags.devices_for_cores(c) for c in (1, 2, 3, 4, 6, 8, 12, 96)]
+  assert counts == [1, 2, 2, 4, 4, 8, 8, 8]
+  with pytest.raises(ValueError, match="cores=0"):
+    cpu_flags.devices_for_cores(0)
+
+
 def test_one_device_per_core_sets_the_count_and_lifts_the_deadlines():
   environ = {"XLA_FLAGS": "--xla_dump_to=/tmp/x"}
-  cpu_flags.use_one_device_per_core(environ, cores=3)
+  cpu_flags.use_one_device_per_core(environ, cores=6)
   flags = dict(flag.split("=", 1) for flag in environ["XLA_FLAGS"].split())
   assert flags["--xla_dump_to"] == "/tmp/x"
-  assert flags[cpu_flags.DEVICE_COUNT_FLAG] == "3"
+  assert flags[cpu_flags.DEVICE_COUNT_FLAG] == "4"
   for flag, seconds in cpu_flags.COLLECTIVE_DEADLINES:
     assert flags[flag] == str(seconds)
   before = environ["XLA_FLAGS"]
@@ -47,7 +56,8 @@ def test_one_device_per_core_sets_the_count_and_lifts_the_deadlines():
 def test_one_device_per_core_defaults_to_the_cores_this_process_may_use():
   environ = {}
   cpu_flags.use_one_device_per_core(environ)
-  assert (f"{cpu_flags.DEVICE_COUNT_FLAG}={cpu_flags.host_cores()}"
+  count = cpu_flags.devices_for_cores(cpu_flags.host_cores())
+  assert (f"{cpu_flags.DEVICE_COUNT_FLAG}={count}"
           in environ["XLA_FLAGS"].split())
   explicit = {"XLA_FLAGS": f"{cpu_flags.DEVICE_COUNT_FLAG}=1"}
   cpu_flags.use_one_device_per_core(explicit)
