@@ -5,12 +5,14 @@ No timing is asserted."""
 
 from __future__ import annotations
 
+import io
 import json
 
 import jax
 import numpy as np
 import pytest
 
+from genenv_jax import cpu_flags
 from models.config import ModelConfig, get_preset
 from train import bench
 from train import bench_step
@@ -189,3 +191,34 @@ def test_sampler_benchmark_names_a_batch_the_devices_do_not_divide():
   with pytest.raises(ValueError,
                      match=r"prompt.*dimension 0 of shape \(6, 32\)"):
     list(bench._sampler_records(args, 100.0, None, "tiny"))
+
+
+def test_tunix_worker_runs_on_the_requested_devices_with_our_other_flags(
+    monkeypatch):
+  started = {}
+
+  class FakeProcess:
+    def __init__(self, command, **kwargs):
+      started.update(kwargs, command=command)
+      self.stdin = io.StringIO()
+
+    def wait(self):
+      return 0
+
+  monkeypatch.setattr(bench.subprocess, "Popen", FakeProcess)
+  monkeypatch.setenv(bench.TUNIX_PYTHON_ENV, "/opt/tunix/bin/python")
+  with bench.tunix_worker(2) as worker:
+    assert worker is not None
+  assert started["command"][0] == "/opt/tunix/bin/python"
+  flags = started["env"]["XLA_FLAGS"].split()
+  counts = [f for f in flags if f.startswith(cpu_flags.DEVICE_COUNT_FLAG)]
+  assert counts == [f"{cpu_flags.DEVICE_COUNT_FLAG}=2"]  # this suite has 8
+  assert any(f.startswith(cpu_flags.YNN_FLAG) for f in flags)
+  monkeypatch.delenv(bench.TUNIX_PYTHON_ENV)
+  with bench.tunix_worker() as worker:
+    assert worker is None
+
+
+def test_tunix_devices_must_be_positive():
+  with pytest.raises(SystemExit, match="--tunix_devices=0"):
+    bench.main(["sampler", "--tunix_devices", "0"])

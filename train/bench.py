@@ -225,19 +225,19 @@ class TunixWorker:
   its stdout: {"op": "setup", ...} builds and warms up a benchmark,
   {"op": "run", "repeat": k} times one run of it ({"seconds": t}).
 
-  The worker compiles with this process's XLA flags but on one CPU device:
-  Tunix's own layout for several devices shards the weights over them (its
-  fsdp axis), and on this project's 2-core machine that ran every Tunix
-  benchmark slower than one device did (sampler 1.2x, GRPO step 1.6x,
-  training 1.8-2.5x, alternating runs of both layouts).
+  The worker compiles with this process's XLA flags but on `devices` CPU
+  devices, by default one: Tunix's own layout for several devices shards the
+  weights over them (its fsdp axis), and on this project's 2-core machine
+  that ran every Tunix benchmark slower than one device did (README,
+  "Performance"; `--tunix_devices`).
   """
 
-  def __init__(self, python: str):
+  def __init__(self, python: str, devices: int = 1):
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                           "bench_tunix.py")
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                XLA_FLAGS=cpu_flags.with_device_count(
-                   os.environ.get("XLA_FLAGS", ""), 1))
+                   os.environ.get("XLA_FLAGS", ""), devices))
     self._process = subprocess.Popen(
         [python, "-u", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True, env=env)
@@ -260,13 +260,14 @@ class TunixWorker:
 
 
 @contextlib.contextmanager
-def tunix_worker() -> Iterator[TunixWorker | None]:
-  """A Tunix worker for $TUNIX_PYTHON (None when unset), closed on exit."""
+def tunix_worker(devices: int = 1) -> Iterator[TunixWorker | None]:
+  """A Tunix worker for $TUNIX_PYTHON on `devices` CPU devices (None when
+  unset), closed on exit."""
   python = os.environ.get(TUNIX_PYTHON_ENV)
   if not python:
     yield None
     return
-  worker = TunixWorker(python)
+  worker = TunixWorker(python, devices)
   try:
     yield worker
   finally:
@@ -384,7 +385,7 @@ def bench_peak(args: argparse.Namespace, peak: float) -> Iterable[dict]:
 
 def bench_sampler(args: argparse.Namespace, peak: float) -> Iterable[dict]:
   """Generated tokens/s of our sampler vs HF generate (and Tunix)."""
-  with tunix_worker() as tunix:
+  with tunix_worker(args.tunix_devices) as tunix:
     for size in args.sizes:
       yield from _sampler_records(args, peak, tunix, size)
 
@@ -467,7 +468,7 @@ def next_token_loss(config: model_config_lib.ModelConfig, params,
 
 def bench_train(args: argparse.Namespace, peak: float) -> Iterable[dict]:
   """Forward + backward tokens/s on TRAIN_BATCH x TRAIN_LENGTH tokens."""
-  with tunix_worker() as tunix:
+  with tunix_worker(args.tunix_devices) as tunix:
     for size in args.sizes:
       yield _train_record(args, peak, tunix, size)
 
@@ -523,7 +524,7 @@ def _train_record(args: argparse.Namespace, peak: float,
 
 def bench_step(args: argparse.Namespace, peak: float) -> Iterable[dict]:
   from train import bench_step as step_lib  # pylint: disable=g-import-not-at-top
-  with tunix_worker() as tunix:
+  with tunix_worker(args.tunix_devices) as tunix:
     for size in args.sizes:
       yield from step_lib.run(size, args.repeats, peak, tunix)
 
@@ -568,6 +569,9 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument("--new_tokens", type=int,
                       default=SAMPLER_NEW_TOKENS)
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--tunix_devices", type=int, default=1,
+                      help="CPU devices the Tunix worker runs on (its mesh "
+                           "puts them on its fsdp axis)")
   parser.add_argument("--threads", type=int, default=os.cpu_count(),
                       help="torch intra-op threads (default: all cores)")
   parser.add_argument("--markdown", action="store_true",
@@ -586,6 +590,8 @@ def main(argv: list[str] | None = None) -> None:
     return
   if args.repeats < 1:
     raise SystemExit(f"--repeats={args.repeats} must be >= 1.")
+  if args.tunix_devices < 1:
+    raise SystemExit(f"--tunix_devices={args.tunix_devices} must be >= 1.")
   # Before JAX initialises its backend; the Tunix worker inherits them too
   # (but for the device count), so both JAX stacks compile alike.
   cpu_flags.use_project_settings()

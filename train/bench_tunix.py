@@ -81,9 +81,10 @@ class IdTokenizer:
 
 
 def _mesh():
+  # Every device on the fsdp axis (one unless `train.bench --tunix_devices`).
   # Auto axes: Tunix's sharding annotations then need no explicit mesh
   # context in every call.
-  return jax.make_mesh((1, 1), ("fsdp", "tp"),
+  return jax.make_mesh((jax.device_count(), 1), ("fsdp", "tp"),
                        axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
 
