@@ -1,7 +1,7 @@
 """Benchmarks against peer stacks on this machine, printed as JSON lines.
 
   python -m train.bench {peak,sampler,train,step,all} [--sizes tiny,small]
-      [--repeats 3] [--markdown]
+      [--repeats 3] [--tunix_devices 1] [--markdown]
   python -m train.bench table RESULTS.jsonl   # markdown table of saved output
 
 Sub-benchmarks (model presets `tiny` and `small` as random Qwen2 models):
@@ -33,7 +33,9 @@ environment leaves them (OMP_WAIT_POLICY=PASSIVE, say, slows HF by 5-10% at
 these shapes). Tunix is measured when the environment variable TUNIX_PYTHON
 names a Python with `google-tunix` installed: it runs `train/bench_tunix.py`
 as a worker process (Tunix pins library versions this project's environment
-does not have). Without it, or where the worker fails, the Tunix keys are
+does not have) on --tunix_devices CPU devices (default 1). Our side runs on
+every device the process has (one per core, `genenv_jax.cpu_flags`), the
+batch split over them on the `data` mesh axis. Without it, or where the worker fails, the Tunix keys are
 absent.
 """
 
