@@ -10,9 +10,9 @@ some of this project's programs ("unsupported layout in YNN fusion").
 XLA:CPU also shows the host as one device unless told otherwise, and then
 splits each op's work across all cores, so every small op of a decode step
 pays for handing out and joining that work. With one CPU device per core (up
-to a power of two, see `devices_for_cores`) the
-runs' `data` mesh axis splits the batch across cores instead, each device
-running the same ops on its share of the rows. That speeds up sampling most
+to a power of two, see `devices_for_cores`) the runs' `data` mesh axis splits
+the batch across cores instead, each device running the same ops on its share
+of the rows. That speeds up sampling most
 and slows the large matmuls of the `small` preset's updates (README,
 "Performance"). Collectives between CPU devices meet across threads; on a
 loaded machine one thread can wait long for another, and XLA aborts the

@@ -33,10 +33,10 @@ environment leaves them (OMP_WAIT_POLICY=PASSIVE, say, slows HF by 5-10% at
 these shapes). Tunix is measured when the environment variable TUNIX_PYTHON
 names a Python with `google-tunix` installed: it runs `train/bench_tunix.py`
 as a worker process (Tunix pins library versions this project's environment
-does not have) on --tunix_devices CPU devices (default 1). Our side runs on
-every device the process has (one per core, `genenv_jax.cpu_flags`), the
-batch split over them on the `data` mesh axis. Without it, or where the worker fails, the Tunix keys are
-absent.
+does not have) on --tunix_devices CPU devices (default 1). Without
+TUNIX_PYTHON, or where the worker fails, the Tunix keys are absent. Our side
+runs on every device the process has (one per core, `genenv_jax.cpu_flags`),
+the batch split over them on the `data` mesh axis.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ SAMPLER_BATCH, SAMPLER_PROMPT_LENGTH, SAMPLER_NEW_TOKENS = 64, 32, 32
 # metric -> whether a larger figure is better (throughput) or not (time).
 METRICS = {"tokens_per_s": True, "gflops": True, "seconds": False}
 TUNIX_PYTHON_ENV = "TUNIX_PYTHON"
-RULES = sharding.DEFAULT_RULES
+RULES = sharding.DEFAULT_RULES  # our side's logical-axis rules
 
 
 def data_mesh():

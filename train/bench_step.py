@@ -54,7 +54,7 @@ from train import bench
 from train import loop
 
 NUM_SEEDS, VARIATIONS, ATTEMPTS, ANSWER_TOKENS = 4, 4, 4, 32
-RULES = sharding.DEFAULT_RULES
+RULES = bench.RULES
 
 
 @dataclasses.dataclass(frozen=True)
