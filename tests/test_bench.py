@@ -167,22 +167,45 @@ def test_matmul_gflops_times_both_libraries():
   assert all(0 < rate < 1e5 for rate in rates.values())
 
 
-def test_sampler_and_train_benchmarks_split_the_batch_over_every_device():
-  """Our side runs on the data mesh of all 8 devices: the sampler still
-  generates every token (the benchmark checks), and the sharded loss equals
-  HF's (the benchmark raises otherwise)."""
+@pytest.mark.parametrize("layout, mesh", [
+    ("data", "data=8,fsdp=1,tensor=1"),
+    # tiny's 2 kv heads bound the tensor axis.
+    ("tensor", "data=4,fsdp=1,tensor=2"),
+])
+def test_sampler_and_train_benchmarks_run_on_every_device_in_each_layout(
+    layout, mesh):
+  """The sampler still generates every token (the benchmark checks), and the
+  sharded loss equals HF's (the benchmark raises otherwise)."""
   args = bench._parser().parse_args(
       ["sampler", "--sizes", "tiny", "--repeats", "1", "--batch", "8",
-       "--prompt_length", "4", "--new_tokens", "3"])
-  mesh = bench.data_mesh()
-  assert mesh.shape["data"] == jax.device_count() == 8
+       "--prompt_length", "4", "--new_tokens", "3", "--layout", layout])
   records = list(bench._sampler_records(args, 100.0, None, "tiny"))
   assert [r["mode"] for r in records] == ["sample", "greedy"]
   for record in records:
-    assert record["devices"] == 8
+    assert record["devices"] == 8 and record["mesh"] == mesh
     assert record["ours"] > 0 and record["hf"] > 0
   train = bench._train_record(args, 100.0, None, "tiny")
-  assert train["devices"] == 8 and train["ours"] > 0 and train["hf"] > 0
+  assert train["mesh"] == mesh and train["ours"] > 0 and train["hf"] > 0
+
+
+def test_auto_layout_splits_weights_only_to_decode_a_model_outside_cache():
+  tiny, small = get_preset("tiny"), get_preset("small")
+  assert 4 * tiny.num_matmul_params() < bench.CACHE_RESIDENT_BYTES
+  assert 4 * small.num_matmul_params() > bench.CACHE_RESIDENT_BYTES
+  data = {"data": -1}
+  tensor = {"data": -1, "tensor": bench.tensor_devices(small, 8)}
+  assert bench.mesh_shape(tiny, "auto", decoding=True) == data
+  assert bench.mesh_shape(small, "auto", decoding=True) == tensor
+  assert bench.mesh_shape(small, "auto", decoding=False) == data
+  assert bench.mesh_shape(tiny, "tensor", decoding=False)["tensor"] == 2
+  with pytest.raises(ValueError, match="layout='fsdp'"):
+    bench.mesh_shape(tiny, "fsdp", decoding=True)
+
+
+def test_tensor_devices_is_the_largest_divisor_every_split_dimension_takes():
+  small = get_preset("small")  # 8 heads, 4 kv heads, MLP 1408, vocab 32000
+  assert [bench.tensor_devices(small, n) for n in (1, 2, 3, 4, 6, 8)] == [
+      1, 2, 1, 4, 2, 4]
 
 
 def test_sampler_benchmark_names_a_batch_the_devices_do_not_divide():

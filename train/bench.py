@@ -1,7 +1,7 @@
 """Benchmarks against peer stacks on this machine, printed as JSON lines.
 
   python -m train.bench {peak,sampler,train,step,all} [--sizes tiny,small]
-      [--repeats 3] [--tunix_devices 1] [--markdown]
+      [--repeats 3] [--layout auto] [--tunix_devices 1] [--markdown]
   python -m train.bench table RESULTS.jsonl   # markdown table of saved output
 
 Sub-benchmarks (model presets `tiny` and `small` as random Qwen2 models):
@@ -35,14 +35,17 @@ names a Python with `google-tunix` installed: it runs `train/bench_tunix.py`
 as a worker process (Tunix pins library versions this project's environment
 does not have) on --tunix_devices CPU devices (default 1). Without
 TUNIX_PYTHON, or where the worker fails, the Tunix keys are absent. Our side
-runs on every device the process has (one per core, `genenv_jax.cpu_flags`),
-the batch split over them on the `data` mesh axis.
+runs on every device the process has (one per core, `genenv_jax.cpu_flags`)
+in the layout --layout names (`mesh_shape`; each record's `mesh`): by default
+the batch split over them, but for decoding (sampler, step) a model whose
+weights outgrow the cores' caches, the weights split over them.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import statistics
@@ -52,6 +55,7 @@ import tempfile
 import time
 from typing import Any, Callable, Iterable, Iterator
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -73,10 +77,54 @@ TUNIX_PYTHON_ENV = "TUNIX_PYTHON"
 RULES = sharding.DEFAULT_RULES  # our side's logical-axis rules
 
 
-def data_mesh():
-  """Every device on the `data` axis, as a run's default mesh puts them: our
-  side splits its batch across them and replicates the weights."""
-  return sharding.make_mesh({"data": -1})
+# ------------------------------------------------------------- device layout
+
+LAYOUTS = ("auto", "data", "tensor")
+# Matmul weights up to this size stay in a core's L2 cache (a few MiB on
+# server CPUs) from one decode step to the next.
+CACHE_RESIDENT_BYTES = 4 * 2**20
+
+
+def tensor_devices(config: model_config_lib.ModelConfig, devices: int) -> int:
+  """The most devices, a divisor of `devices`, that every dimension `RULES`
+  puts on the tensor axis divides: heads, kv heads, MLP and vocabulary."""
+  dims = (config.num_heads, config.num_kv_heads, config.intermediate_size,
+          config.vocab_size)
+  return max(d for d in range(1, devices + 1)
+             if devices % d == 0 and all(n % d == 0 for n in dims))
+
+
+def mesh_shape(config: model_config_lib.ModelConfig, layout: str,
+               decoding: bool) -> dict[str, int]:
+  """Our side's mesh for a model: a `sharding.make_mesh` shape.
+
+  layout:
+    "data": every device on the data axis; the batch is split, the weights
+      replicated.
+    "tensor": the weights' heads, MLP and vocabulary split over
+      `tensor_devices` devices, the batch over the rest.
+    "auto": "tensor" for a program that decodes (`decoding`) with a model
+      whose matmul weights exceed CACHE_RESIDENT_BYTES, else "data". Decoding
+      reads every weight once per generated token for a few rows each, so once
+      the weights leave the cores' caches each core reading only its share is
+      what counts; forward + backward reuses each weight for every token of the
+      batch, and splitting the weights only adds collectives.
+  """
+  if layout not in LAYOUTS:
+    raise ValueError(f"layout={layout!r}; expected one of {LAYOUTS}.")
+  if layout == "auto":
+    weight_bytes = (config.num_matmul_params()
+                    * jnp.dtype(config.param_dtype).itemsize)
+    layout = ("tensor" if decoding and weight_bytes > CACHE_RESIDENT_BYTES
+              else "data")
+  if layout == "data":
+    return {"data": -1}
+  return {"data": -1, "tensor": tensor_devices(config, jax.device_count())}
+
+
+def describe_mesh(mesh) -> str:
+  """"data=1,fsdp=1,tensor=2": a record's `mesh` field."""
+  return ",".join(f"{axis}={size}" for axis, size in mesh.shape.items())
 
 
 # ----------------------------------------------------------- FLOP accounting
@@ -323,23 +371,29 @@ def _qwen2_hf_config(config: model_config_lib.ModelConfig):
       dtype="float32")
 
 
-def _twin_models(size: str, seed: int, mesh):
-  """A random HF Qwen2ForCausalLM and our parameters for the same model.
+def _twin_models(config: model_config_lib.ModelConfig, seed: int, mesh):
+  """A random HF Qwen2ForCausalLM of `config` and our parameters for it.
 
   Returns:
-    (ModelConfig, our params read from the HF model's checkpoint and
-    replicated over `mesh`, the HF model in eval mode).
+    (our params read from the HF model's checkpoint and laid out on `mesh`
+    per `RULES`, the HF model in eval mode).
   """
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   from models.hf import load_hf_params  # pylint: disable=g-import-not-at-top
-  config = model_config_lib.get_preset(size)
   torch.manual_seed(seed)
   hf_model = transformers.Qwen2ForCausalLM(_qwen2_hf_config(config)).eval()
   with tempfile.TemporaryDirectory() as hf_dir:
     hf_model.save_pretrained(hf_dir)
     params, _ = load_hf_params(hf_dir, config)
-  return config, jax.device_put(params, sharding.replicated(mesh)), hf_model
+  return jax.device_put(params, param_shardings(config, mesh)), hf_model
+
+
+def param_shardings(config: model_config_lib.ModelConfig, mesh):
+  """Our parameters' NamedShardings on `mesh` per `RULES`."""
+  boxed = jax.eval_shape(functools.partial(decoder.init_boxed, config),
+                         jax.random.key(0))
+  return nn.unbox(sharding.shardings_from_boxed(boxed, mesh, RULES))
 
 
 # ----------------------------------------------------------- sub-benchmarks
@@ -397,8 +451,9 @@ def _sampler_records(args: argparse.Namespace, peak: float,
   import torch  # pylint: disable=g-import-not-at-top
   batch, prompt_length, new_tokens = (args.batch, args.prompt_length,
                                       args.new_tokens)
-  mesh = data_mesh()
-  config, params, hf_model = _twin_models(size, args.seed, mesh)
+  config = model_config_lib.get_preset(size)
+  mesh = sharding.make_mesh(mesh_shape(config, args.layout, decoding=True))
+  params, hf_model = _twin_models(config, args.seed, mesh)
   rng = np.random.default_rng(args.seed)
   host_prompts = rng.integers(0, config.vocab_size, (batch, prompt_length),
                               dtype=np.int32)
@@ -454,7 +509,8 @@ def _sampler_records(args: argparse.Namespace, peak: float,
         tunix=rates.get("tunix"), limit=limit, mode=mode, batch=batch,
         prompt_length=prompt_length, new_tokens=new_tokens,
         repeats=args.repeats, torch_threads=args.threads,
-        devices=jax.device_count(), backend=jax.default_backend())
+        devices=jax.device_count(), mesh=describe_mesh(mesh),
+        backend=jax.default_backend())
 
 
 def next_token_loss(config: model_config_lib.ModelConfig, params,
@@ -478,17 +534,20 @@ def bench_train(args: argparse.Namespace, peak: float) -> Iterable[dict]:
 def _train_record(args: argparse.Namespace, peak: float,
                   tunix: TunixWorker | None, size: str) -> dict:
   import torch  # pylint: disable=g-import-not-at-top
-  mesh = data_mesh()
-  config, params, hf_model = _twin_models(size, args.seed, mesh)
+  config = model_config_lib.get_preset(size)
+  mesh = sharding.make_mesh(mesh_shape(config, args.layout, decoding=False))
+  params, hf_model = _twin_models(config, args.seed, mesh)
   host_tokens = np.random.default_rng(args.seed).integers(
       0, config.vocab_size, (TRAIN_BATCH, TRAIN_LENGTH), dtype=np.int32)
   tokens = sharding.shard_batch({"tokens": host_tokens}, mesh,
                                 RULES)["tokens"]
-  # The gradients come back replicated, as a data-parallel update uses them.
+  # The gradients come back laid out as the parameters, as an update uses
+  # them (replicated on the data layout: summed over the devices).
   grad_fn = jax.jit(
       sharding.in_mesh(mesh, RULES)(jax.value_and_grad(
           lambda p, t: next_token_loss(config, p, t))),
-      out_shardings=sharding.replicated(mesh))
+      out_shardings=(sharding.replicated(mesh),
+                     param_shardings(config, mesh)))
   hf_model.train()
   hf_tokens = torch.from_numpy(host_tokens.astype(np.int64))
 
@@ -521,14 +580,15 @@ def _train_record(args: argparse.Namespace, peak: float,
       "train", size, "tokens_per_s", rates["ours"], hf=rates.get("hf"),
       tunix=rates.get("tunix"), limit=limit, batch=TRAIN_BATCH,
       length=TRAIN_LENGTH, repeats=args.repeats, torch_threads=args.threads,
-      devices=jax.device_count(), backend=jax.default_backend())
+      devices=jax.device_count(), mesh=describe_mesh(mesh),
+      backend=jax.default_backend())
 
 
 def bench_step(args: argparse.Namespace, peak: float) -> Iterable[dict]:
   from train import bench_step as step_lib  # pylint: disable=g-import-not-at-top
   with tunix_worker(args.tunix_devices) as tunix:
     for size in args.sizes:
-      yield from step_lib.run(size, args.repeats, peak, tunix)
+      yield from step_lib.run(size, args.repeats, peak, tunix, args.layout)
 
 
 Benchmark = Callable[[argparse.Namespace, float], Iterable[dict]]
@@ -571,6 +631,10 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument("--new_tokens", type=int,
                       default=SAMPLER_NEW_TOKENS)
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--layout", choices=LAYOUTS, default="auto",
+                      help="our side's device layout (see mesh_shape): auto "
+                           "picks tensor for decoding a model too large for "
+                           "the cores' caches, data otherwise")
   parser.add_argument("--tunix_devices", type=int, default=1,
                       help="CPU devices the Tunix worker runs on (its mesh "
                            "puts them on its fsdp axis)")

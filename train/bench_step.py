@@ -1,8 +1,9 @@
 """The co-evolution step benchmark (`python -m train.bench step`).
 
 Both players are a random `tiny` or `small` preset (their own vocabularies)
-on the default mesh: every device on the `data` axis, so the batch is split
-across them (`train.bench.data_mesh`). The agent batch matches the peers'
+on the mesh `train.bench.mesh_shape` picks for a program that decodes (with
+--layout auto: the batch split over every device for tiny, the weights split
+over the devices for small). The agent batch matches the peers'
 GRPO step: 16 tasks x 4 attempts x 32 new tokens (4 seeds x 4 variations
 written by the simulator, no replayed tasks, arithmetic answers given 32
 columns); one GRPO epoch in one minibatch; the simulator is updated by RWR.
@@ -68,9 +69,13 @@ class WideAnswerDomain(ArithmeticDomain):
     return self.answer_width
 
 
-def step_config(size: str) -> ml_collections.ConfigDict:
-  """The demo config with both players at preset `size` and the peers' batch."""
+def step_config(size: str, layout: str = "auto") -> ml_collections.ConfigDict:
+  """The demo config with both players at preset `size`, the peers' batch
+  and the mesh `train.bench.mesh_shape` gives `layout` for a program that
+  decodes."""
   config = default.get_config()
+  config.mesh = ml_collections.ConfigDict(
+      bench.mesh_shape(get_preset(size), layout, decoding=True))
   vocab = get_preset(size).vocab_size
   for player in (config.agent, config.env):
     player.model = size
@@ -182,15 +187,17 @@ def _phases(config, domain, players, mesh):
 
 
 def run(size: str, repeats: int, peak_gflops: float,
-        tunix: bench.TunixWorker | None = None) -> Iterator[dict]:
+        tunix: bench.TunixWorker | None = None,
+        layout: str = "auto") -> Iterator[dict]:
   """Times the whole step and its phases at preset `size`; yields records.
 
   tunix: a worker for the step's peer figure (see the module doc), or None.
+  layout: our side's device layout (`train.bench.mesh_shape`).
   """
-  config = step_config(size)
+  config = step_config(size, layout)
   domain = WideAnswerDomain(max_digits=config.task.max_digits)
   players = loop.build_players(config, domain)
-  mesh = bench.data_mesh()
+  mesh = sharding.make_mesh(dict(config.mesh))
   agent_key, env_key = jax.random.split(jax.random.PRNGKey(config.seed))
   init = lambda model, key: sharding.sharded_init(
       functools.partial(decoder.init_boxed, model), mesh, RULES, key)[0]
@@ -204,7 +211,7 @@ def run(size: str, repeats: int, peak_gflops: float,
   details = dict(seeds=NUM_SEEDS, variations=VARIATIONS, attempts=ATTEMPTS,
                  new_tokens=ANSWER_TOKENS, env_new_tokens=domain.task_len,
                  repeats=repeats, devices=jax.device_count(),
-                 backend=jax.default_backend())
+                 mesh=bench.describe_mesh(mesh), backend=jax.default_backend())
 
   # Phases first (the whole step donates the state it is given).
   env_sample, agent_sample, verify_curriculum, agent_update, env_update = (
