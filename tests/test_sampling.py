@@ -191,6 +191,28 @@ def test_first_token_distribution(vocab, temperature, top_k, top_p):
                              atol=1e-5)
 
 
+def test_successive_tokens_are_drawn_independently():
+  """Every step draws with uniforms of its own: under uniform logits the
+  pairs of consecutive tokens are uniform over V x V (a chi-square test
+  with V^2 - 1 degrees of freedom, at six standard deviations)."""
+  vocab, rows = 16, 20_000
+  config = _config(vocab_size=vocab)
+  params = _random_params(config, 2, logit_scale=0.0)  # all logits equal
+  prompt, prompt_mask = np.array([[5]], np.int32), np.array([[True]])
+  sampler = sampling.make_sampler(
+      config, sampling.SamplingConfig(max_new_tokens=3, temperature=1.0),
+      num_samples=rows)
+  tokens = np.asarray(sampler(params, prompt, prompt_mask,
+                              jax.random.key(7)).tokens)
+  expected = rows / vocab**2
+  dof = vocab**2 - 1
+  for step in range(2):
+    pairs = tokens[:, step] * vocab + tokens[:, step + 1]
+    counts = np.bincount(pairs, minlength=vocab**2)
+    chi2 = np.sum((counts - expected) ** 2 / expected)
+    assert chi2 < dof + 6 * np.sqrt(2 * dof), (step, chi2)
+
+
 _STOPPING = sampling.SamplingConfig(max_new_tokens=8, temperature=1.3,
                                     eos_ids=(3, 11), pad_id=0)
 
