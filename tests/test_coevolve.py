@@ -89,7 +89,9 @@ def _scripted_env_training(alpha, steps):
   """Warm-started tiny simulator, trained by RWR against a scripted agent.
 
   The scripted agent solves a task of difficulty d with probability
-  SUCCESS[d]. Returns the simulator's difficulty shares before and after.
+  SUCCESS[d]. Returns the simulator's difficulty shares before training (5
+  rounds of sampling from the warm-started simulator, not updated) and after
+  (the last 5 of `steps` training rounds).
   """
   success = jnp.array([0.0, 0.95, 0.5, 0.05])  # indexed by difficulty 0..3
   config = _smoke_config()
@@ -140,11 +142,13 @@ def _scripted_env_training(alpha, steps):
                         for d in (1, 2, 3)]) / jnp.maximum(parsed.valid.sum(), 1)
     return env_state, shares
 
+  before = [np.asarray(round_(env_state, jax.random.PRNGKey(i))[1])
+            for i in range(5)]
   shares = []
   for i in range(steps):
     env_state, s = round_(env_state, jax.random.PRNGKey(100 + i))
     shares.append(np.asarray(s))
-  return np.mean(shares[:5], axis=0), np.mean(shares[-5:], axis=0)
+  return np.mean(before, axis=0), np.mean(shares[-5:], axis=0)
 
 
 @pytest.mark.parametrize("alpha, target_level", [(0.5, 2), (0.1, 3)])
