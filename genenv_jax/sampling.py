@@ -204,16 +204,15 @@ def _inverse_cdf(weights: jax.Array, uniform: jax.Array) -> jax.Array:
     int32[R]; never an index of zero weight (rounding that would run past the
     last positive weight is clamped to it).
   """
+  n = weights.shape[-1]
   cdf = jnp.cumsum(weights, axis=-1)
   threshold = uniform[:, None] * cdf[:, -1:]
   index = jnp.sum(cdf <= threshold, axis=-1, dtype=jnp.int32)
-  # A plain max over positions (argmax is a slower two-operand reduction).
-  ids = jax.lax.broadcasted_iota(jnp.int32, weights.shape, 1)
-  last_positive = jnp.max(jnp.where(weights > 0, ids, 0), axis=-1)
-  return jnp.minimum(index, last_positive)
+  last_positive = n - 1 - jnp.argmax(weights[:, ::-1] > 0, axis=-1)
+  return jnp.minimum(index, last_positive.astype(jnp.int32))
 
 
-def draw_from_weights(uniforms: jax.Array, weights: jax.Array) -> jax.Array:
+def draw_from_weights(rng: jax.Array, weights: jax.Array) -> jax.Array:
   """Draws index i of each row with probability weights[i] / sum(weights).
 
   Exact inverse-CDF sampling in two levels (a block of `_DRAW_BLOCK` indices
@@ -222,8 +221,7 @@ def draw_from_weights(uniforms: jax.Array, weights: jax.Array) -> jax.Array:
   more than max(V / 128, 128) entries.
 
   Args:
-    uniforms: f32[2, R], independent uniforms in [0, 1): the block's and the
-      index's within it.
+    rng: PRNG key.
     weights: f32[R, V], non-negative (e.g. exp(logits - max)), each row with
       a positive total.
 
@@ -231,7 +229,7 @@ def draw_from_weights(uniforms: jax.Array, weights: jax.Array) -> jax.Array:
     int32[R].
   """
   rows, n = weights.shape
-  uniform_block, uniform_index = uniforms
+  uniform_block, uniform_index = jax.random.uniform(rng, (2, rows))
   if n <= _DRAW_BLOCK:
     return _inverse_cdf(weights, uniform_index)
   num_blocks = -(-n // _DRAW_BLOCK)
@@ -276,14 +274,13 @@ def _nucleus(weights: jax.Array, top_p: float) -> jax.Array:
   return bits >= low[:, None]
 
 
-def choose_tokens(logits: jax.Array, uniforms: jax.Array,
+def choose_tokens(logits: jax.Array, rng: jax.Array,
                   sampling: SamplingConfig) -> tuple[jax.Array, jax.Array]:
   """Draws one token per row.
 
   Args:
     logits: f32[R, V].
-    uniforms: f32[2, R], this step's uniforms for `draw_from_weights`
-      (unused when greedy).
+    rng: PRNG key for this step.
 
   Returns:
     (tokens int32[R], logprobs f32[R]) with logprobs the untruncated
@@ -308,13 +305,13 @@ def choose_tokens(logits: jax.Array, uniforms: jax.Array,
       mass_before = jnp.cumsum(probs, axis=-1) - probs
       candidate_weights = jnp.where(mass_before < sampling.top_p,
                                     candidate_weights, 0.0)
-    choice = draw_from_weights(uniforms, candidate_weights)[:, None]
+    choice = draw_from_weights(rng, candidate_weights)[:, None]
     tokens = jnp.take_along_axis(candidate_ids, choice, axis=-1)[:, 0]
     chosen = jnp.take_along_axis(candidates, choice, axis=-1)[:, 0]
     return tokens.astype(jnp.int32), chosen - log_norm
   if sampling.top_p < 1.0:
     weights = jnp.where(_nucleus(weights, sampling.top_p), weights, 0.0)
-  tokens = draw_from_weights(uniforms, weights)
+  tokens = draw_from_weights(rng, weights)
   chosen = jnp.take_along_axis(shifted, tokens[:, None], axis=-1)[:, 0]
   return tokens, chosen - log_norm
 
@@ -347,8 +344,7 @@ def sample(model_config: ModelConfig, params, prompt_tokens: jax.Array,
     prompt_tokens: int32[B, P], left-padded: each row's real tokens at the
       end, at least one per row.
     prompt_mask: bool[B, P].
-    rng: PRNG key; every step's uniforms are drawn from it at once, before
-      the decode loop (token t of row r uses uniforms[t, :, r]).
+    rng: PRNG key; token t is drawn with fold_in(rng, t).
     sampling: how tokens are drawn and when rows stop.
     num_samples: G continuations per prompt (row b * G + g is sample g of
       prompt b); each prompt is prefilled once.
@@ -363,11 +359,9 @@ def sample(model_config: ModelConfig, params, prompt_tokens: jax.Array,
                                  prompt_mask, n)
   logits, prompt_cache = repeat_rows(logits, prompt_cache, num_samples)
   rows = logits.shape[0]
-  # One batched draw instead of a PRNG call (a loop of its own on CPU) in
-  # every decode step.
-  uniforms = jax.random.uniform(rng, (n, 2, rows))
 
-  first, first_logprobs = choose_tokens(logits, uniforms[0], sampling)
+  first, first_logprobs = choose_tokens(logits, jax.random.fold_in(rng, 0),
+                                        sampling)
   state = _LoopState(
       step=jnp.zeros((), jnp.int32),
       last_tokens=first,
@@ -386,9 +380,8 @@ def sample(model_config: ModelConfig, params, prompt_tokens: jax.Array,
         model_config, params, prompt_cache._replace(cache=state.cache),
         state.last_tokens, state.step)
     step = state.step + 1
-    new, new_logprobs = choose_tokens(
-        step_logits, jax.lax.dynamic_index_in_dim(uniforms, step, 0, False),
-        sampling)
+    new, new_logprobs = choose_tokens(step_logits,
+                                      jax.random.fold_in(rng, step), sampling)
     live = ~state.done
     new = jnp.where(live, new, sampling.pad_id)
     return _LoopState(
