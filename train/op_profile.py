@@ -6,9 +6,9 @@
 Compiles the program `train.bench` times (sampler: batch 64, 32-token random
 prompts, 32 new tokens at temperature 1; train: forward + backward of the
 next-token loss on 64 x 64 tokens) for a random model of the preset, on one
-CPU device (the benchmark splits the batch over one device per core, each
-running the same ops on its share of the rows), runs it once to warm up,
-then traces --repeats runs and attributes every traced
+CPU device (the benchmark runs on one device per core, each with its share
+of the rows or of the weights: `train.bench.mesh_shape`), runs it once to
+warm up, then traces --repeats runs and attributes every traced
 event whose name is an instruction of the compiled HLO module (a fusion, a
 library call, a while loop, ...) to that instruction. One JSON line per
 instruction, most time first:
