@@ -192,7 +192,7 @@ def test_first_token_distribution(vocab, temperature, top_k, top_p):
 
 
 def test_successive_tokens_are_drawn_independently():
-  """Every step draws with uniforms of its own: under uniform logits the
+  """Every step draws with randomness of its own: under uniform logits the
   pairs of consecutive tokens are uniform over V x V (a chi-square test
   with V^2 - 1 degrees of freedom, at six standard deviations)."""
   vocab, rows = 16, 20_000

@@ -123,7 +123,7 @@ def mesh_shape(config: model_config_lib.ModelConfig, layout: str,
 
 
 def describe_mesh(mesh) -> str:
-  """"data=1,fsdp=1,tensor=2": a record's `mesh` field."""
+  """A record's `mesh` field, e.g. "data=1,fsdp=1,tensor=2"."""
   return ",".join(f"{axis}={size}" for axis, size in mesh.shape.items())
 
 

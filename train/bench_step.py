@@ -73,10 +73,11 @@ def step_config(size: str, layout: str = "auto") -> ml_collections.ConfigDict:
   """The demo config with both players at preset `size`, the peers' batch
   and the mesh `train.bench.mesh_shape` gives `layout` for a program that
   decodes."""
+  preset = get_preset(size)
   config = default.get_config()
   config.mesh = ml_collections.ConfigDict(
-      bench.mesh_shape(get_preset(size), layout, decoding=True))
-  vocab = get_preset(size).vocab_size
+      bench.mesh_shape(preset, layout, decoding=True))
+  vocab = preset.vocab_size
   for player in (config.agent, config.env):
     player.model = size
     player.model_overrides = ml_collections.ConfigDict(dict(vocab_size=vocab))
