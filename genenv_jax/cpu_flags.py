@@ -12,9 +12,10 @@ splits each op's work across all cores, so every small op of a decode step
 pays for handing out and joining that work. With one CPU device per core (up
 to a power of two, see `devices_for_cores`) the runs' `data` mesh axis splits
 the batch across cores instead, each device running the same ops on its share
-of the rows. That speeds up sampling most
-and slows the large matmuls of the `small` preset's updates (README,
-"Performance"). Collectives between CPU devices meet across threads; on a
+of the rows. That speeds up sampling most; with its weights replicated on
+every device the `small` preset's step is slower, which the benchmarks meet
+by splitting its weights over the devices instead (README, "Performance").
+Collectives between CPU devices meet across threads; on a
 loaded machine one thread can wait long for another, and XLA aborts the
 process once its default deadline passes, so the deadlines are lifted too.
 

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import os
 import statistics
@@ -55,7 +54,6 @@ import tempfile
 import time
 from typing import Any, Callable, Iterable, Iterator
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -380,20 +378,15 @@ def _twin_models(config: model_config_lib.ModelConfig, seed: int, mesh):
   """
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from models.hf import load_hf_params  # pylint: disable=g-import-not-at-top
+  from train import loop  # pylint: disable=g-import-not-at-top
   torch.manual_seed(seed)
   hf_model = transformers.Qwen2ForCausalLM(_qwen2_hf_config(config)).eval()
   with tempfile.TemporaryDirectory() as hf_dir:
     hf_model.save_pretrained(hf_dir)
-    params, _ = load_hf_params(hf_dir, config)
-  return jax.device_put(params, param_shardings(config, mesh)), hf_model
-
-
-def param_shardings(config: model_config_lib.ModelConfig, mesh):
-  """Our parameters' NamedShardings on `mesh` per `RULES`."""
-  boxed = jax.eval_shape(functools.partial(decoder.init_boxed, config),
-                         jax.random.key(0))
-  return nn.unbox(sharding.shardings_from_boxed(boxed, mesh, RULES))
+    # pylint: disable-next=protected-access
+    params = loop._init_params(config, jax.random.PRNGKey(seed), mesh, RULES,
+                               hf_dir)
+  return params, hf_model
 
 
 # ----------------------------------------------------------- sub-benchmarks
@@ -547,7 +540,7 @@ def _train_record(args: argparse.Namespace, peak: float,
       sharding.in_mesh(mesh, RULES)(jax.value_and_grad(
           lambda p, t: next_token_loss(config, p, t))),
       out_shardings=(sharding.replicated(mesh),
-                     param_shardings(config, mesh)))
+                     jax.tree.map(lambda p: p.sharding, params)))
   hf_model.train()
   hf_tokens = torch.from_numpy(host_tokens.astype(np.int64))
 

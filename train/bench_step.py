@@ -49,7 +49,6 @@ from genenv_jax import pool as pool_lib
 from genenv_jax import sharding
 from genenv_jax.sampling import sample
 from genenv_jax.tasks.arithmetic import ArithmeticDomain
-from models import decoder
 from models.config import get_preset
 from train import bench
 from train import loop
@@ -200,8 +199,8 @@ def run(size: str, repeats: int, peak_gflops: float,
   players = loop.build_players(config, domain)
   mesh = sharding.make_mesh(dict(config.mesh))
   agent_key, env_key = jax.random.split(jax.random.PRNGKey(config.seed))
-  init = lambda model, key: sharding.sharded_init(
-      functools.partial(decoder.init_boxed, model), mesh, RULES, key)[0]
+  # pylint: disable-next=protected-access
+  init = lambda model, key: loop._init_params(model, key, mesh, RULES)
   rows, difficulty = domain.random_tasks(np.random.default_rng(config.seed),
                                          config.pool.num_base)
   state, shardings = loop.create_state(
