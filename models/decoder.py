@@ -357,11 +357,44 @@ class Decoder(nn.Module):
   def logits(self, hidden: jax.Array) -> jax.Array:
     """Output projection: hidden [..., E] -> f32 logits [..., V]."""
     if self.config.tie_embeddings:
-      logits = self.embed.attend(hidden.astype(self.config.dtype))
+      dtype = jnp.dtype(self.config.dtype)
+      logits = tied_output_projection(hidden.astype(dtype),
+                                      self.embed.embedding.astype(dtype))
     else:
       logits = self.lm_head(hidden)
     logits = logits.astype(jnp.float32)
     return nn.with_logical_constraint(logits, ("batch", "length", "vocab"))
+
+
+@jax.custom_vjp
+def tied_output_projection(hidden: jax.Array,
+                           embedding: jax.Array) -> jax.Array:
+  """Logits [..., V] = hidden [..., E] @ embedding [V, E]^T.
+
+  Differentiates to the embedding's gradient as [E, V] = hidden^T @ g, then
+  transposed: a transpose of a weight-sized array. Left to itself, XLA:CPU
+  forms that gradient as the [V, E] product g^T @ hidden and copies the
+  cotangent g [..., V] (the size of the logits, [N, 32000] at the small
+  preset) into [V, N] order for it, on every training step.
+  """
+  return jnp.einsum("...e,ve->...v", hidden, embedding)
+
+
+def _tied_output_projection_fwd(hidden, embedding):
+  return tied_output_projection(hidden, embedding), (hidden, embedding)
+
+
+def _tied_output_projection_bwd(residuals, cotangent):
+  hidden, embedding = residuals
+  d_hidden = jnp.einsum("...v,ve->...e", cotangent, embedding)
+  batch_axes = tuple(range(hidden.ndim - 1))
+  d_embedding_t = jax.lax.dot_general(hidden, cotangent,
+                                      ((batch_axes, batch_axes), ((), ())))
+  return d_hidden, d_embedding_t.T
+
+
+tied_output_projection.defvjp(_tied_output_projection_fwd,
+                              _tied_output_projection_bwd)
 
 
 def positions_from_mask(mask: jax.Array) -> jax.Array:

@@ -12,7 +12,8 @@ import pytest
 
 from models.config import ModelConfig, RopeScaling, get_preset
 from models.decoder import (Decoder, forward, init_cache, init_params,
-                            positions_from_mask, rope_frequencies)
+                            positions_from_mask, rope_frequencies,
+                            tied_output_projection)
 
 TOL = 1e-5
 BASE = get_preset("tiny")  # H=4 query heads over K=2 kv heads, qkv bias, tied.
@@ -235,6 +236,32 @@ def test_remat_keeps_loss_and_gradients(variant, losses_and_grads):
     np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-5,
                                err_msg=jax.tree_util.keystr(path))
   assert max(np.abs(g).max() for g in jax.tree_util.tree_leaves(grad)) > 1e-3
+
+
+# --------------------------------------------------- tied output projection
+
+
+@pytest.mark.parametrize("leading", [(6,), (2, 3)])
+def test_tied_output_projection_gradients_match_plain_autodiff(leading):
+  """The custom VJP (embedding gradient formed as [E, V], then transposed)
+  gives the value and gradients autodiff gives the plain product."""
+  keys = jax.random.split(jax.random.key(3), 3)
+  hidden = jax.random.normal(keys[0], leading + (8,))
+  embedding = jax.random.normal(keys[1], (5, 8))
+  weights = jax.random.normal(keys[2], leading + (5,))
+
+  def objective(projection, hidden, embedding):
+    return jnp.sum(jnp.tanh(projection(hidden, embedding)) * weights)
+
+  plain = lambda h, w: h @ w.T
+  want = jax.value_and_grad(functools.partial(objective, plain),
+                            argnums=(0, 1))(hidden, embedding)
+  got = jax.value_and_grad(functools.partial(objective, tied_output_projection),
+                           argnums=(0, 1))(hidden, embedding)
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+  for name, g, w in zip(("hidden", "embedding"), got[1], want[1]):
+    assert g.shape == w.shape, name
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 # ---------------------------------------------------------------------- bf16

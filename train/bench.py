@@ -59,10 +59,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from genenv_jax import cpu_flags
+from genenv_jax import policy
 from genenv_jax import sampling
 from genenv_jax import sharding
 from models import config as model_config_lib
-from models import decoder
 
 SIZES = ("tiny", "small")
 PEAK_SIZE = 2048
@@ -508,13 +508,12 @@ def _sampler_records(args: argparse.Namespace, peak: float,
 
 def next_token_loss(config: model_config_lib.ModelConfig, params,
                     tokens: jax.Array) -> jax.Array:
-  """Mean cross-entropy of tokens[:, 1:] given their prefixes (all real);
-  the forward pass covers all T positions, as HF's loss does."""
-  mask = jnp.ones(tokens.shape, bool)
-  logits = decoder.forward(config, params, tokens, mask)[:, :-1]
-  log_probs = jax.nn.log_softmax(logits, axis=-1)
-  target = jnp.take_along_axis(log_probs, tokens[:, 1:, None], axis=-1)
-  return -jnp.mean(target)
+  """Mean cross-entropy of tokens[:, 1:] given their prefixes (all real), as
+  the players' updates score responses (`policy.nll_loss`: the first token
+  as the prompt, the rest as the response)."""
+  real = jnp.ones(tokens.shape, bool)
+  return policy.nll_loss(config, params, tokens[:, :1], real[:, :1],
+                         tokens[:, 1:], real[:, 1:])
 
 
 def bench_train(args: argparse.Namespace, peak: float) -> Iterable[dict]:
