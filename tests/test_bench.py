@@ -32,6 +32,16 @@ def test_forward_flops_count_matmul_weights_twice_plus_attention():
   assert bench.train_flops_per_token(_HAND, 5) == 3 * (2 * 280 + 32 * 5)
 
 
+def test_generation_flops_add_the_prompts_prefill():
+  # P=2 prompt tokens through the blocks (2 * (280 - 40) each) attending 1
+  # and 2 positions, the output projection (2 * 40) once; then N - 1 = 2
+  # decode steps of the whole model attending 3 and 4 positions.
+  want = 2 * 480 + 32 * (1 + 2) + 80 + 2 * 560 + 32 * (3 + 4)
+  assert bench.generation_flops(_HAND, prompt_length=2, new_tokens=3) == want
+  # One new token is the prefill alone.
+  assert bench.generation_flops(_HAND, 2, 1) == 2 * 480 + 32 * 3 + 80
+
+
 def test_small_preset_matches_the_issue_figures():
   small = get_preset("small")
   # 8 blocks of 512*512*2 + 2*512*256 + 3*512*1408 weights, tied 512*32000.
@@ -184,6 +194,11 @@ def test_sampler_and_train_benchmarks_run_on_every_device_in_each_layout(
   for record in records:
     assert record["devices"] == 8 and record["mesh"] == mesh
     assert record["ours"] > 0 and record["hf"] > 0
+    # Our FLOP rate is the generation's FLOPs per generated token times our
+    # tokens/s.
+    per_token = bench.generation_flops(get_preset("tiny"), 4, 3) / 3
+    assert record["ours_gflops"] == pytest.approx(
+        per_token * record["ours"] / 1e9, rel=1e-3, abs=0.06)
   train = bench._train_record(args, 100.0, None, "tiny")
   assert train["mesh"] == mesh and train["ours"] > 0 and train["hf"] > 0
 

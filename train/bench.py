@@ -24,7 +24,8 @@ figure the measured peak allows: 2 FLOPs per matmul weight and token forward,
 6 forward + backward, output projection included, embedding lookup excluded,
 plus attention; the sampler's counts generated tokens only, leaving out the
 prompts' prefill, which every side does too) and frac_of_limit (the share of
-it reached).
+it reached). Sampler records also carry ours_gflops, the FLOP rate of our
+runs with the prefill counted (`generation_flops`), to set against the peak.
 
 All sides are compiled and warmed up first, then timed alternately (ours, HF,
 Tunix, ours, ...); each figure is the median of --repeats. torch runs on
@@ -151,6 +152,25 @@ def sampler_context(prompt_length: int, new_tokens: int) -> float:
   """Mean positions attended per generated token: token t (0-based) comes
   from the forward pass at position P - 1 + t, which attends P + t."""
   return prompt_length + (new_tokens - 1) / 2
+
+
+def generation_flops(config: model_config_lib.ModelConfig,
+                     prompt_length: int, new_tokens: int) -> float:
+  """Forward FLOPs of one row's generation, prompt included: the P prompt
+  tokens through the blocks (prefill; the output projection only at the
+  last, for the first new token), then N - 1 decode steps, step k feeding
+  token k at slot P + k (attending P + k + 1 positions).
+
+  `forward_flops_per_token` at `sampler_context` counts only one forward
+  pass per generated token, the `limit` of the sampler's records; this adds
+  the prefill (at P = N = 32: 83% more FLOPs for tiny, 57% for small).
+  """
+  head = 2 * config.hidden_size * config.vocab_size
+  prefill = head + sum(forward_flops_per_token(config, position + 1) - head
+                       for position in range(prompt_length))
+  decode = sum(forward_flops_per_token(config, prompt_length + step + 1)
+               for step in range(new_tokens - 1))
+  return prefill + decode
 
 
 def causal_context(length: int) -> float:
@@ -497,9 +517,13 @@ def _sampler_records(args: argparse.Namespace, peak: float,
     seconds = time_alternately(sides, args.repeats)
     tokens = batch * new_tokens
     rates = {name: tokens / s for name, s in seconds.items()}
+    # FLOP/s of every forward pass our runs made, prefill included.
+    ours_gflops = (generation_flops(config, prompt_length, new_tokens)
+                   * rates["ours"] / new_tokens / 1e9)
     yield make_record(
         "sampler", size, "tokens_per_s", rates["ours"], hf=rates.get("hf"),
-        tunix=rates.get("tunix"), limit=limit, mode=mode, batch=batch,
+        tunix=rates.get("tunix"), limit=limit, mode=mode,
+        ours_gflops=round(ours_gflops, 1), batch=batch,
         prompt_length=prompt_length, new_tokens=new_tokens,
         repeats=args.repeats, torch_threads=args.threads,
         devices=jax.device_count(), mesh=describe_mesh(mesh),
