@@ -371,11 +371,12 @@ def tied_output_projection(hidden: jax.Array,
                            embedding: jax.Array) -> jax.Array:
   """Logits [..., V] = hidden [..., E] @ embedding [V, E]^T.
 
-  Differentiates to the embedding's gradient as [E, V] = hidden^T @ g, then
-  transposed: a transpose of a weight-sized array. Left to itself, XLA:CPU
-  forms that gradient as the [V, E] product g^T @ hidden and copies the
-  cotangent g [..., V] (the size of the logits, [N, 32000] at the small
-  preset) into [V, N] order for it, on every training step.
+  The VJP writes the embedding's gradient as the [E, V] product
+  hidden^T @ g, transposed (a weight-sized transpose). Differentiated as
+  written above, the gradient is the product g^T @ hidden, for which XLA:CPU
+  copied the cotangent g [..., V] (logits-sized: [N, 32000] at the small
+  preset) into [V, N] order on every training step; from the VJP's form it
+  reads g where it lies.
   """
   return jnp.einsum("...e,ve->...v", hidden, embedding)
 
