@@ -195,10 +195,11 @@ def test_sampler_and_train_benchmarks_run_on_every_device_in_each_layout(
     assert record["devices"] == 8 and record["mesh"] == mesh
     assert record["ours"] > 0 and record["hf"] > 0
     # Our FLOP rate is the generation's FLOPs per generated token times our
-    # tokens/s.
+    # tokens/s, rounded as every figure (`bench._round`).
     per_token = bench.generation_flops(get_preset("tiny"), 4, 3) / 3
+    gflops = per_token * record["ours"] / 1e9
     assert record["ours_gflops"] == pytest.approx(
-        per_token * record["ours"] / 1e9, rel=1e-3, abs=0.06)
+        gflops, rel=1e-3, abs=0.05 if gflops >= 10 else 5e-5)
   train = bench._train_record(args, 100.0, None, "tiny")
   assert train["mesh"] == mesh and train["ours"] > 0 and train["hf"] > 0
 

@@ -523,7 +523,7 @@ def _sampler_records(args: argparse.Namespace, peak: float,
     yield make_record(
         "sampler", size, "tokens_per_s", rates["ours"], hf=rates.get("hf"),
         tunix=rates.get("tunix"), limit=limit, mode=mode,
-        ours_gflops=round(ours_gflops, 1), batch=batch,
+        ours_gflops=_round(ours_gflops), batch=batch,
         prompt_length=prompt_length, new_tokens=new_tokens,
         repeats=args.repeats, torch_threads=args.threads,
         devices=jax.device_count(), mesh=describe_mesh(mesh),
