@@ -9,8 +9,9 @@ jitted step; `make_sampler` wraps it in a jit of its own.
 Shapes: B prompts, G samples per prompt, R = B * G rows, P prompt length,
 N = max_new_tokens, S = P + N cache slots, V vocab.
 
-Tokens are drawn by exact inverse-CDF sampling (`draw_from_weights`: two
-uniforms per row, no Gumbel noise over the vocabulary); top-k uses
+Tokens are drawn by exact inverse-CDF sampling (`draw_from_weights`: one
+uniform per row and level of a tree of block sums, no Gumbel noise over the
+vocabulary), every step's uniforms drawn before the decode loop; top-k uses
 `jax.lax.top_k`, top-p alone a bisected probability threshold; neither sorts
 the vocabulary.
 
@@ -188,9 +189,12 @@ def decode_step(model_config: ModelConfig, params, prompt_cache: PromptCache,
   return logits[:, 0], cache
 
 
-# Ids per block in `draw_from_weights`: the first level picks one of V / 128
-# blocks, the second an id inside it.
-_DRAW_BLOCK = 128
+# Entries per block in `draw_from_weights`: each level of the draw picks one of
+# at most this many blocks (or ids), so no cumulative sum runs over more.
+_DRAW_BLOCK = 32
+# Uniforms per row and draw: one per level, enough for a vocabulary of up to
+# _DRAW_BLOCK ** DRAW_LEVELS (about a million) ids.
+DRAW_LEVELS = 4
 
 
 def _inverse_cdf(weights: jax.Array, uniform: jax.Array) -> jax.Array:
@@ -204,40 +208,51 @@ def _inverse_cdf(weights: jax.Array, uniform: jax.Array) -> jax.Array:
     int32[R]; never an index of zero weight (rounding that would run past the
     last positive weight is clamped to it).
   """
-  n = weights.shape[-1]
   cdf = jnp.cumsum(weights, axis=-1)
   threshold = uniform[:, None] * cdf[:, -1:]
   index = jnp.sum(cdf <= threshold, axis=-1, dtype=jnp.int32)
-  last_positive = n - 1 - jnp.argmax(weights[:, ::-1] > 0, axis=-1)
-  return jnp.minimum(index, last_positive.astype(jnp.int32))
+  ids = jax.lax.broadcasted_iota(jnp.int32, weights.shape, 1)
+  last_positive = jnp.max(jnp.where(weights > 0, ids, 0), axis=-1)
+  return jnp.minimum(index, last_positive)
 
 
-def draw_from_weights(rng: jax.Array, weights: jax.Array) -> jax.Array:
+def draw_from_weights(uniforms: jax.Array, weights: jax.Array) -> jax.Array:
   """Draws index i of each row with probability weights[i] / sum(weights).
 
-  Exact inverse-CDF sampling in two levels (a block of `_DRAW_BLOCK` indices
-  by block mass, then an index inside it), so each row uses two uniforms
-  instead of one Gumbel variate per index, and no cumulative sum runs over
-  more than max(V / 128, 128) entries.
+  Exact inverse-CDF sampling down a tree of block sums: blocks of
+  `_DRAW_BLOCK` ids, blocks of those blocks, and so on up to one block. Each
+  level picks a block by its mass with a uniform of its own, then the next
+  level picks inside it, so no cumulative sum runs over more than
+  `_DRAW_BLOCK` entries (two levels at a 512-id vocabulary, three at 32k).
 
   Args:
-    rng: PRNG key.
+    uniforms: f32[L, R] in [0, 1), independent, L >= the levels V needs
+      (`DRAW_LEVELS` always suffices up to a million ids); level l uses
+      uniforms[l], level 0 being the ids themselves.
     weights: f32[R, V], non-negative (e.g. exp(logits - max)), each row with
       a positive total.
 
   Returns:
     int32[R].
   """
-  rows, n = weights.shape
-  uniform_block, uniform_index = jax.random.uniform(rng, (2, rows))
-  if n <= _DRAW_BLOCK:
-    return _inverse_cdf(weights, uniform_index)
-  num_blocks = -(-n // _DRAW_BLOCK)
-  padded = jnp.pad(weights, ((0, 0), (0, num_blocks * _DRAW_BLOCK - n)))
-  blocks = padded.reshape(rows, num_blocks, _DRAW_BLOCK)
-  block = _inverse_cdf(jnp.sum(blocks, axis=-1), uniform_block)
-  in_block = jnp.take_along_axis(blocks, block[:, None, None], axis=1)[:, 0]
-  return block * _DRAW_BLOCK + _inverse_cdf(in_block, uniform_index)
+  rows = weights.shape[0]
+  levels = [weights]  # levels[l]: f32[R, n_l], padded to whole blocks below
+  while levels[-1].shape[-1] > _DRAW_BLOCK:
+    size = levels[-1].shape[-1]
+    num_blocks = -(-size // _DRAW_BLOCK)
+    levels[-1] = jnp.pad(levels[-1],
+                         ((0, 0), (0, num_blocks * _DRAW_BLOCK - size)))
+    levels.append(levels[-1].reshape(rows, num_blocks, _DRAW_BLOCK).sum(-1))
+  if uniforms.shape[0] < len(levels):
+    raise ValueError(
+        f"draw_from_weights: uniforms has {uniforms.shape[0]} levels, a "
+        f"vocabulary of {weights.shape[-1]} needs {len(levels)}.")
+  index = _inverse_cdf(levels[-1], uniforms[len(levels) - 1])
+  for level in reversed(range(len(levels) - 1)):
+    blocks = levels[level].reshape(rows, -1, _DRAW_BLOCK)
+    in_block = jnp.take_along_axis(blocks, index[:, None, None], axis=1)[:, 0]
+    index = index * _DRAW_BLOCK + _inverse_cdf(in_block, uniforms[level])
+  return index
 
 
 def _nucleus(weights: jax.Array, top_p: float) -> jax.Array:
@@ -274,13 +289,14 @@ def _nucleus(weights: jax.Array, top_p: float) -> jax.Array:
   return bits >= low[:, None]
 
 
-def choose_tokens(logits: jax.Array, rng: jax.Array,
+def choose_tokens(logits: jax.Array, uniforms: jax.Array | None,
                   sampling: SamplingConfig) -> tuple[jax.Array, jax.Array]:
   """Draws one token per row.
 
   Args:
     logits: f32[R, V].
-    rng: PRNG key for this step.
+    uniforms: f32[DRAW_LEVELS, R], independent uniforms in [0, 1) for this
+      step (`step_uniforms`); unused (may be None) when greedy.
 
   Returns:
     (tokens int32[R], logprobs f32[R]) with logprobs the untruncated
@@ -305,15 +321,37 @@ def choose_tokens(logits: jax.Array, rng: jax.Array,
       mass_before = jnp.cumsum(probs, axis=-1) - probs
       candidate_weights = jnp.where(mass_before < sampling.top_p,
                                     candidate_weights, 0.0)
-    choice = draw_from_weights(rng, candidate_weights)[:, None]
+    choice = draw_from_weights(uniforms, candidate_weights)[:, None]
     tokens = jnp.take_along_axis(candidate_ids, choice, axis=-1)[:, 0]
     chosen = jnp.take_along_axis(candidates, choice, axis=-1)[:, 0]
     return tokens.astype(jnp.int32), chosen - log_norm
   if sampling.top_p < 1.0:
     weights = jnp.where(_nucleus(weights, sampling.top_p), weights, 0.0)
-  tokens = draw_from_weights(rng, weights)
+  tokens = draw_from_weights(uniforms, weights)
   chosen = jnp.take_along_axis(shifted, tokens[:, None], axis=-1)[:, 0]
   return tokens, chosen - log_norm
+
+
+def step_uniforms(rng: jax.Array, num_steps: int, rows: int,
+                  sampling: SamplingConfig) -> jax.Array | None:
+  """Every step's uniforms, drawn at once before decoding starts.
+
+  Returns:
+    f32[num_steps, DRAW_LEVELS, rows]: step t's are uniform(fold_in(rng, t)),
+    one vectorised draw instead of a PRNG call inside every decode step; None
+    when greedy (no randomness needed).
+  """
+  if sampling.temperature == 0.0:
+    return None
+  return jax.vmap(lambda step: jax.random.uniform(
+      jax.random.fold_in(rng, step), (DRAW_LEVELS, rows)))(
+          jnp.arange(num_steps))
+
+
+def _at_step(uniforms: jax.Array | None, step) -> jax.Array | None:
+  if uniforms is None:
+    return None
+  return jax.lax.dynamic_index_in_dim(uniforms, step, keepdims=False)
 
 
 def _is_stop(tokens: jax.Array, sampling: SamplingConfig) -> jax.Array:
@@ -344,7 +382,8 @@ def sample(model_config: ModelConfig, params, prompt_tokens: jax.Array,
     prompt_tokens: int32[B, P], left-padded: each row's real tokens at the
       end, at least one per row.
     prompt_mask: bool[B, P].
-    rng: PRNG key; token t is drawn with fold_in(rng, t).
+    rng: PRNG key; token t is drawn with the uniforms of fold_in(rng, t)
+      (`step_uniforms`).
     sampling: how tokens are drawn and when rows stop.
     num_samples: G continuations per prompt (row b * G + g is sample g of
       prompt b); each prompt is prefilled once.
@@ -360,7 +399,8 @@ def sample(model_config: ModelConfig, params, prompt_tokens: jax.Array,
   logits, prompt_cache = repeat_rows(logits, prompt_cache, num_samples)
   rows = logits.shape[0]
 
-  first, first_logprobs = choose_tokens(logits, jax.random.fold_in(rng, 0),
+  uniforms = step_uniforms(rng, n, rows, sampling)
+  first, first_logprobs = choose_tokens(logits, _at_step(uniforms, 0),
                                         sampling)
   state = _LoopState(
       step=jnp.zeros((), jnp.int32),
@@ -380,8 +420,8 @@ def sample(model_config: ModelConfig, params, prompt_tokens: jax.Array,
         model_config, params, prompt_cache._replace(cache=state.cache),
         state.last_tokens, state.step)
     step = state.step + 1
-    new, new_logprobs = choose_tokens(step_logits,
-                                      jax.random.fold_in(rng, step), sampling)
+    new, new_logprobs = choose_tokens(step_logits, _at_step(uniforms, step),
+                                      sampling)
     live = ~state.done
     new = jnp.where(live, new, sampling.pad_id)
     return _LoopState(

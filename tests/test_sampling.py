@@ -159,10 +159,12 @@ def _intended_distribution(logits: np.ndarray, temperature: float, top_k: int,
   return probs
 
 
-# Vocabulary 300 spans three blocks of the two-level draw (the last padded).
+# Vocabulary 300 spans ten blocks of 32 ids (the last padded): two levels of
+# the draw; 1100 spans 35 blocks, grouped in two: three levels.
 @pytest.mark.parametrize("vocab,temperature,top_k,top_p", [
     (16, 0.7, 0, 1.0), (16, 1.0, 4, 1.0), (16, 1.0, 0, 0.8),
-    (16, 0.7, 4, 0.8), (300, 1.0, 0, 1.0), (300, 1.0, 0, 0.8)])
+    (16, 0.7, 4, 0.8), (300, 1.0, 0, 1.0), (300, 1.0, 0, 0.8),
+    (1100, 1.0, 0, 0.8)])
 def test_first_token_distribution(vocab, temperature, top_k, top_p):
   rows = 20_000
   config = _config(vocab_size=vocab)
@@ -189,6 +191,29 @@ def test_first_token_distribution(vocab, temperature, top_k, top_p):
   untruncated = _log_softmax(logits / temperature)
   np.testing.assert_allclose(out.logprobs[:, 0], untruncated[tokens],
                              atol=1e-5)
+
+
+def test_draw_from_weights_is_exact_over_three_levels():
+  """Sparse weights over 1100 ids (three levels of blocks, both upper ones
+  padded): the draw hits each id at its share of the mass, never a zero, and
+  refuses uniforms for fewer levels than the vocabulary needs."""
+  vocab, rows = 1100, 40_000
+  weights = np.zeros(vocab, np.float32)
+  # Ids in the first and last blocks, in both top-level groups, one alone
+  # in its block, and a pair of neighbours.
+  chosen = [0, 31, 32, 500, 1023, 1024, 1098, 1099]
+  weights[chosen] = [0.5, 2.0, 1.0, 3.0, 0.25, 1.5, 0.75, 1.0]
+  want = weights / weights.sum()
+  uniforms = jax.random.uniform(jax.random.key(11),
+                                (sampling.DRAW_LEVELS, rows))
+  tokens = np.asarray(jax.jit(sampling.draw_from_weights)(
+      uniforms, jnp.broadcast_to(weights, (rows, vocab))))
+  counts = np.bincount(tokens, minlength=vocab)
+  assert counts.sum() == rows and np.all(counts[want == 0] == 0)
+  bound = 5 * np.sqrt(want * (1 - want) / rows)
+  assert np.all(np.abs(counts / rows - want) <= bound), counts[chosen]
+  with pytest.raises(ValueError, match="needs 3"):
+    sampling.draw_from_weights(uniforms[:2], jnp.asarray(weights[None]))
 
 
 def test_successive_tokens_are_drawn_independently():
