@@ -40,18 +40,44 @@ def token_scores(logits: jax.Array, tokens: jax.Array
     logits: f32[..., V]; tokens: int32[...].
 
   Returns:
-    (logp f32[...], entropy f32[...]). The token's logit is picked by a masked
-    sum over V rather than a gather, which stays local to each shard when V is
-    split across devices.
+    (logp f32[...], entropy f32[...]).
   """
   lse = jax.nn.logsumexp(logits, axis=-1)
-  vocab_ids = jax.lax.broadcasted_iota(jnp.int32, logits.shape,
-                                       logits.ndim - 1)
-  picked = jnp.sum(jnp.where(vocab_ids == tokens[..., None], logits, 0.0),
-                   axis=-1)
   probs = jnp.exp(logits - lse[..., None])
   entropy = lse - jnp.sum(probs * logits, axis=-1)
-  return picked - lse, entropy
+  return picked_logits(logits, tokens) - lse, entropy
+
+
+@jax.custom_vjp
+def picked_logits(logits: jax.Array, tokens: jax.Array) -> jax.Array:
+  """logits[..., tokens]: f32[...] from logits f32[..., V], tokens int[...].
+
+  A gather forward (XLA partitions it when V is split across devices: each
+  shard picks what it holds, then a sum over shards). The backward writes the
+  one-hot cotangent as a compare against the vocabulary's iota, which XLA
+  fuses into the consumer of the logits' gradient; differentiated as a gather,
+  it would zero a logits-sized array and scatter into it.
+  """
+  return jnp.take_along_axis(logits, tokens[..., None], axis=-1)[..., 0]
+
+
+def _picked_logits_fwd(logits, tokens):
+  # A zero-size [..., 0, V] array carries the logits' shape and dtype.
+  template = jnp.zeros(logits.shape[:-1] + (0, logits.shape[-1]),
+                       logits.dtype)
+  return picked_logits(logits, tokens), (tokens, template)
+
+
+def _picked_logits_bwd(residuals, cotangent):
+  tokens, template = residuals
+  shape = template.shape[:-2] + template.shape[-1:]
+  vocab_ids = jax.lax.broadcasted_iota(jnp.int32, shape, len(shape) - 1)
+  d_logits = jnp.where(vocab_ids == tokens[..., None], cotangent[..., None],
+                       jnp.zeros((), template.dtype))
+  return d_logits, None
+
+
+picked_logits.defvjp(_picked_logits_fwd, _picked_logits_bwd)
 
 
 def _scores_in_chunks(score_chunk, params, hidden: jax.Array,
