@@ -159,6 +159,17 @@ def _intended_distribution(logits: np.ndarray, temperature: float, top_k: int,
   return probs
 
 
+def test_greedy_picks_the_first_of_tied_best_logits():
+  """Greedy decoding breaks ties as argmax does: the lowest id."""
+  logits = jnp.asarray([[1.0, 3.0, 3.0, 0.0], [5.0, 5.0, 5.0, 5.0],
+                        [0.0, -1.0, 2.0, 2.0]])
+  tokens, logprobs = sampling.choose_tokens(logits, None, _GREEDY)
+  np.testing.assert_array_equal(tokens, [1, 0, 2])
+  want = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)),
+                            np.asarray([[1], [0], [2]]), axis=1)[:, 0]
+  np.testing.assert_allclose(logprobs, want, rtol=1e-6)
+
+
 # Vocabulary 300 spans ten blocks of 32 ids (the last padded): two levels of
 # the draw; 1100 spans 35 blocks, grouped in two: three levels.
 @pytest.mark.parametrize("vocab,temperature,top_k,top_p", [
