@@ -30,7 +30,7 @@ def _warm_smoke_env():
   mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
   rng = np.random.default_rng(0)
   rows, difficulty = domain.random_tasks(rng, 2048)
-  env = loop._init_params(model, jax.random.PRNGKey(1), mesh, RULES)
+  env = loop.init_player_params(model, jax.random.PRNGKey(1), mesh, RULES)
   env, _ = warmstart.train_supervised(
       model, env, warmstart.env_data(domain, rows, difficulty, rng, 64 * 150, -1),
       steps=150, batch_size=64, learning_rate=3e-3, seed=0, mesh=mesh,
@@ -48,8 +48,8 @@ def _arm_run(arm, agent_key, num_steps=3, extra_rows=0):
   players = loop.build_players(config, domain)
   mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
   rows, difficulty, env = _warm_smoke_env()
-  agent = loop._init_params(players.agent_model, jax.random.PRNGKey(agent_key),
-                            mesh, RULES)
+  agent = loop.init_player_params(players.agent_model,
+                                  jax.random.PRNGKey(agent_key), mesh, RULES)
   state, shardings = loop.create_state(config, domain, players, agent,
                                        jax.device_put(env), rows[:64],
                                        difficulty[:64], mesh)

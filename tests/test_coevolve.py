@@ -28,8 +28,8 @@ def _smoke_config():
 
 def _state(config, domain, players, mesh):
   agent_key, env_key = jax.random.split(jax.random.PRNGKey(0))
-  agent = loop._init_params(players.agent_model, agent_key, mesh, RULES)
-  env = loop._init_params(players.env_model, env_key, mesh, RULES)
+  agent = loop.init_player_params(players.agent_model, agent_key, mesh, RULES)
+  env = loop.init_player_params(players.env_model, env_key, mesh, RULES)
   rows, difficulty = domain.random_tasks(np.random.default_rng(0), 64)
   return loop.create_state(config, domain, players, agent, env, rows,
                            difficulty, mesh)
@@ -107,8 +107,8 @@ def _scripted_env_training(alpha, steps):
   mesh = sharding.make_mesh({"data": -1})
   rng = np.random.default_rng(0)
   rows, difficulty = domain.random_tasks(rng, 4096)
-  env = loop._init_params(players.env_model, jax.random.PRNGKey(1), mesh,
-                          RULES)
+  env = loop.init_player_params(players.env_model, jax.random.PRNGKey(1),
+                                mesh, RULES)
   env, _ = warmstart.train_supervised(
       players.env_model, env, warmstart.env_data(domain, rows, difficulty, rng, 64 * 300, -1),
       steps=300, batch_size=64, learning_rate=3e-3, seed=0, mesh=mesh,

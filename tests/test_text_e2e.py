@@ -97,9 +97,10 @@ def run(tmp_path_factory):
   players = loop.build_players(config, domain)
   mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
   agent_key, env_key = jax.random.split(jax.random.PRNGKey(config.seed))
-  agent = loop._init_params(players.agent_model, agent_key, mesh, RULES,
-                            config.agent.hf_dir)
-  env = loop._init_params(players.env_model, env_key, mesh, RULES, config.env.hf_dir)
+  agent = loop.init_player_params(players.agent_model, agent_key, mesh, RULES,
+                                  config.agent.hf_dir)
+  env = loop.init_player_params(players.env_model, env_key, mesh, RULES,
+                                config.env.hf_dir)
   loaded_q = agent["layers_0"]["attn"]["q_proj"]["kernel"]
   loaded_q = (np.asarray(loaded_q), loaded_q.sharding.spec)  # the step donates it
   train = seeds["train"]

@@ -403,9 +403,8 @@ def _twin_models(config: model_config_lib.ModelConfig, seed: int, mesh):
   hf_model = transformers.Qwen2ForCausalLM(_qwen2_hf_config(config)).eval()
   with tempfile.TemporaryDirectory() as hf_dir:
     hf_model.save_pretrained(hf_dir)
-    # pylint: disable-next=protected-access
-    params = loop._init_params(config, jax.random.PRNGKey(seed), mesh, RULES,
-                               hf_dir)
+    params = loop.init_player_params(config, jax.random.PRNGKey(seed), mesh,
+                                     RULES, hf_dir)
   return params, hf_model
 
 

@@ -199,8 +199,7 @@ def run(size: str, repeats: int, peak_gflops: float,
   players = loop.build_players(config, domain)
   mesh = sharding.make_mesh(dict(config.mesh))
   agent_key, env_key = jax.random.split(jax.random.PRNGKey(config.seed))
-  # pylint: disable-next=protected-access
-  init = lambda model, key: loop._init_params(model, key, mesh, RULES)
+  init = lambda model, key: loop.init_player_params(model, key, mesh, RULES)
   rows, difficulty = domain.random_tasks(np.random.default_rng(config.seed),
                                          config.pool.num_base)
   state, shardings = loop.create_state(

@@ -78,7 +78,7 @@ def build_players(config, domain) -> coevolve.Players:
                           env_opt=_optimizer(config.env))
 
 
-def _init_params(model_config, key, mesh, rules, hf_dir: str = ""):
+def init_player_params(model_config, key, mesh, rules, hf_dir: str = ""):
   """A player's parameters laid out per `rules`: random from `key`, or the
   weights of the HF directory `hf_dir` when given."""
   init = functools.partial(decoder.init_boxed, model_config)
@@ -241,10 +241,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
   ckpt = _checkpoint_manager(workdir, config)
 
   agent_key, env_key = jax.random.split(jax.random.PRNGKey(config.seed))
-  agent_params = _init_params(players.agent_model, agent_key, mesh, rules,
-                              config.agent.get("hf_dir", ""))
-  env_params = _init_params(players.env_model, env_key, mesh, rules,
-                            config.env.get("hf_dir", ""))
+  agent_params = init_player_params(players.agent_model, agent_key, mesh,
+                                    rules, config.agent.get("hf_dir", ""))
+  env_params = init_player_params(players.env_model, env_key, mesh, rules,
+                                  config.env.get("hf_dir", ""))
   latest = ckpt.latest_step()
   init_from = config.warmstart.init_from
   if latest is None and not init_from:
