@@ -205,8 +205,11 @@ def _inverse_cdf(weights: jax.Array, uniform: jax.Array) -> jax.Array:
     uniform: f32[R] in [0, 1).
 
   Returns:
-    int32[R]; never an index of zero weight (rounding that would run past the
-    last positive weight is clamped to it).
+    int32[R]. With a non-decreasing cumulative sum the index never lands on a
+    zero weight (u * total < total for u < 1); the clamp to the last positive
+    weight covers a cumulative sum whose rounding is not monotone (a
+    tree-ordered scan, as some backends compute it), which could otherwise
+    count past it.
   """
   cdf = jnp.cumsum(weights, axis=-1)
   threshold = uniform[:, None] * cdf[:, -1:]
