@@ -74,7 +74,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.agent = player(3e-5)
   # Simulator lr: at 3e-4 the success rate swung between 0.25 and 0.66 around
   # α = 0.3 (5 of 12 second-half log windows in band); 1e-4 settles (11 of 12).
-  c.env = player(1e-4)
+  c.simulator = player(1e-4)
 
   c.warmstart = ml_collections.ConfigDict(dict(
       # Addition is learned in a sudden transition. At lr 1e-3, seed 0, held-out
@@ -84,7 +84,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # the base data's levels and has a frontier above them. Measured with
       # --config.warmstart.agent_steps=N --config.coevolve.num_steps=0.
       agent_steps=1200,
-      env_steps=200,
+      simulator_steps=200,
       batch_size=128,
       # A run directory whose step-0 checkpoint (warm-started players, pools)
       # this run starts stage 2 from instead of warm-starting; its config must
@@ -94,7 +94,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # Share of each level (1..max_digits) in the agent's lessons: mostly easy
       # tasks, a few harder ones, none of the hardest.
       agent_level_weights=(8, 4, 2, 1, 0),
-      env_difficulty_step=1,   # simulator lessons: seed of level d -> task of level d±1
+      simulator_difficulty_step=1,   # simulator lessons: seed of level d -> task of level d±1
   ))
 
   c.coevolve = ml_collections.ConfigDict(dict(
@@ -106,7 +106,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       variations=4,          # m tasks written per seed
       attempts=10,           # G agent attempts per task (p̂ ∈ {0, .1, ..., 1})
       agent_temperature=1.0,
-      env_temperature=1.0,
+      simulator_temperature=1.0,
       agent_epochs=1,
       agent_minibatches=2,
       # "online": the simulator writes each step's tasks from seeds of D_train;
@@ -146,7 +146,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   # Simulator update (paper: RWR, KL to the initial simulator, KL cap; the
   # coefficient, cap and estimator are not given).
-  c.env_update = ml_collections.ConfigDict(dict(
+  c.simulator_update = ml_collections.ConfigDict(dict(
       method="rwr",          # "rwr" | "pg" | "none" (frozen simulator)
       kl_coef=1.0,
       kl_estimator="k3",
@@ -158,7 +158,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       num_base=2048,         # base rows taken from the seed dataset ...
       base_max_difficulty=2,  # ... among its tasks up to this level (the agent's base data)
       replay_tasks=8,        # pool tasks the agent also attempts each step
-      env_capacity=2048,     # D_env rows (kept generations)
+      generation_capacity=2048,     # D_env rows (kept generations)
       keep_generated="all",  # "all" valid generated tasks | "latest" step's only
   ))
 
@@ -199,14 +199,14 @@ def _shrink_to_smoke(c: ml_collections.ConfigDict) -> None:
   c.warmstart.agent_level_weights = (2, 1)
   c.data.num_train = 400
   c.data.num_test_per_level = 20
-  for player in (c.agent, c.env):
+  for player in (c.agent, c.simulator):
     player.model_overrides = ml_collections.ConfigDict(dict(
         num_layers=1, hidden_size=32, intermediate_size=64, num_heads=2,
         num_kv_heads=1))
-  c.warmstart.update(agent_steps=4, env_steps=4, batch_size=16)
+  c.warmstart.update(agent_steps=4, simulator_steps=4, batch_size=16)
   c.coevolve.update(num_steps=4, num_seeds=4, variations=2, attempts=4,
                     agent_minibatches=2)
-  c.pool.update(capacity=256, num_base=64, replay_tasks=4, env_capacity=32)
+  c.pool.update(capacity=256, num_base=64, replay_tasks=4, generation_capacity=32)
   c.eval.every_steps = 2
   c.log_every = 1
   c.checkpoint_every = 2
@@ -219,25 +219,25 @@ def _shrink_to_smoke(c: ml_collections.ConfigDict) -> None:
 def _arm_genenv(c: ml_collections.ConfigDict) -> None:
   """The full method: RWR simulator on the α reward, band filter, KL to the
   initial simulator."""
-  c.env_update.method = "rwr"
+  c.simulator_update.method = "rwr"
   c.curriculum.reward = "alpha"
 
 
 def _arm_genenv_pg(c: ml_collections.ConfigDict) -> None:
   """The simulator trained by policy gradient on R_env instead of RWR."""
-  c.env_update.method = "pg"
+  c.simulator_update.method = "pg"
   c.curriculum.reward = "alpha"
 
 
 def _arm_frozen_env(c: ml_collections.ConfigDict) -> None:
   """The warm-started simulator writes tasks online but is never updated."""
-  c.env_update.method = "none"
+  c.simulator_update.method = "none"
 
 
 def _arm_static(c: ml_collections.ConfigDict) -> None:
   """The agent trains on a fixed dataset written once by the frozen
   warm-started simulator, as many tasks as the online arms see."""
-  c.env_update.method = "none"
+  c.simulator_update.method = "none"
   c.coevolve.generation = "static"
 
 
@@ -245,20 +245,20 @@ def _arm_reference_code(c: ml_collections.ConfigDict) -> None:
   """What the public reference code does: a frozen simulator, seeds that skip
   the 10% lowest- and highest-scoring rows, and an agent pool of the base data
   plus the latest generation only."""
-  c.env_update.method = "none"
+  c.simulator_update.method = "none"
   c.coevolve.seed_trim = 0.1
   c.pool.keep_generated = "latest"
 
 
 def _arm_uncertainty(c: ml_collections.ConfigDict) -> None:
   """RWR simulator rewarded by uncertainty 1 - 2|p̂ - ½| instead of α."""
-  c.env_update.method = "rwr"
+  c.simulator_update.method = "rwr"
   c.curriculum.reward = "uncertainty"
 
 
 def _arm_learnability(c: ml_collections.ConfigDict) -> None:
   """RWR simulator rewarded by learnability (1 - p̂ when 0 < p̂ < 1)."""
-  c.env_update.method = "rwr"
+  c.simulator_update.method = "rwr"
   c.curriculum.reward = "learnability"
 
 

@@ -12,7 +12,7 @@ launch/tpu_pod.sh starts it on every worker of a pod slice and fills in the
 paths of this command:
   python -m train.main --config=configs/qwen_tpu.py:7b --workdir=gs://BUCKET/run \\
     --config.agent.hf_dir=/ckpt/Qwen2.5-7B-Instruct \\
-    --config.env.hf_dir=/ckpt/Qwen2.5-7B-Instruct \\
+    --config.simulator.hf_dir=/ckpt/Qwen2.5-7B-Instruct \\
     --config.task.tokenizer_dir=/ckpt/Qwen2.5-7B-Instruct \\
     --config.data.source_dir=/data/seed_tasks
 Without hf_dir a player is randomly initialised at the preset's shapes.
@@ -88,7 +88,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = text.get_config("cpu" if on_cpu else None)
   c.mesh = ml_collections.ConfigDict(size["mesh"])
   c.coevolve.logprob_chunk_size = size["logprob_chunk_size"]
-  for player in (c.agent, c.env):
+  for player in (c.agent, c.simulator):
     player.model = size["model"]
     player.model_overrides = ml_collections.ConfigDict(dict(
         dtype="bfloat16", param_dtype="float32",
@@ -110,7 +110,7 @@ def _shrink_to_cpu(c: ml_collections.ConfigDict) -> None:
   4)."""
   c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
   c.coevolve.logprob_chunk_size = 4
-  for player in (c.agent, c.env):
+  for player in (c.agent, c.simulator):
     overrides = dict(player.model_overrides, **CPU_SHAPES, dtype="float32")
     del overrides["vocab_size"]
     player.model_overrides = ml_collections.ConfigDict(overrides)

@@ -3,7 +3,7 @@
 Edit the paths below (or override them on the command line), then run:
   python -m train.main --config=configs/text.py --workdir=runs/text \\
     --config.agent.hf_dir=/ckpt/Qwen2.5-0.5B-Instruct \\
-    --config.env.hf_dir=/ckpt/Qwen2.5-0.5B-Instruct \\
+    --config.simulator.hf_dir=/ckpt/Qwen2.5-0.5B-Instruct \\
     --config.task.tokenizer_dir=/ckpt/Qwen2.5-0.5B-Instruct \\
     --config.data.source_dir=/data/seed_tasks
 `--config=configs/text.py:cpu` shrinks the batches and widths to what a CPU runs.
@@ -39,8 +39,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       use_chat_template=True,
       # Prompts: {seed} / {task} mark where the seed task / the new task go;
       # {task_delimiter}, {answer_delimiter} and {signal} are filled in too.
-      env_system_prompt="",
-      env_instruction=(
+      simulator_system_prompt="",
+      simulator_instruction=(
           "Here is a task with its answer:\n\n{seed}\n\n"
           "Write one new task of the same kind, with its correct answer, in "
           "exactly this format:\n{task_delimiter} <the task>\n"
@@ -51,7 +51,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       pad_token="",            # "" = the tokenizer's pad token (must differ from eos)
       verifier="exact",        # exact | f1 | tool_call | boxed | bfcl
       max_difficulty=4,        # task-length buckets
-      summary_signals=False,   # write {signal} (success rate) into the env prompt
+      summary_signals=False,   # write {signal} (success rate) into the simulator prompt
       signal_template="The solver currently answers {rate} of such tasks correctly.",
   ))
   c.data = ml_collections.ConfigDict(dict(
@@ -63,19 +63,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       test_fraction=0.1,       # held out when the directory has no test* files
       seed=0,
   ))
-  for player in (c.agent, c.env):
+  for player in (c.agent, c.simulator):
     player.model_overrides = ml_collections.ConfigDict(dict(
         dtype="bfloat16", param_dtype="float32"))
   # Paper: AdamW, lr 1e-6 (agent) and 5e-7 (simulator).
   c.agent.learning_rate = 1e-6
-  c.env.learning_rate = 5e-7
+  c.simulator.learning_rate = 5e-7
 
-  c.warmstart.update(agent_steps=0, env_steps=0)  # instruction-tuned players start as they are
+  c.warmstart.update(agent_steps=0, simulator_steps=0)  # instruction-tuned players start as they are
   c.coevolve.update(num_steps=200, num_seeds=8, variations=4, attempts=8,
                     agent_minibatches=4)
   c.curriculum.success_threshold = 1.0  # lower it for the f1 verifier
   c.pool.update(capacity=16384, num_base=2048, base_max_difficulty=c.task.max_difficulty,
-                replay_tasks=8, env_capacity=2048)
+                replay_tasks=8, generation_capacity=2048)
   if arg == "cpu":
     _shrink_to_cpu(c)
   return c
@@ -85,13 +85,13 @@ def _shrink_to_cpu(c: ml_collections.ConfigDict) -> None:
   """Small widths and batches for tiny models on a CPU."""
   c.task.update(max_task_tokens=24, max_answer_tokens=8, max_written_tokens=48,
                 max_difficulty=2)
-  for player in (c.agent, c.env):
+  for player in (c.agent, c.simulator):
     player.model_overrides = ml_collections.ConfigDict(dict(dtype="float32"))
     player.learning_rate = 1e-4
   c.coevolve.update(num_steps=4, num_seeds=4, variations=2, attempts=4,
                     agent_minibatches=2)
   c.pool.update(capacity=256, num_base=64, base_max_difficulty=2, replay_tasks=4,
-                env_capacity=32)
+                generation_capacity=32)
   c.eval.every_steps = 2
   c.log_every = 1
   c.checkpoint_every = 2

@@ -52,9 +52,9 @@ class PlayerState:
 @flax.struct.dataclass
 class CoevolveState:
   agent: PlayerState
-  env: PlayerState
+  simulator: PlayerState
   pool: pool_lib.TaskPool
-  env_pool: pool_lib.GenerationPool
+  generation_pool: pool_lib.GenerationPool
   rng: jax.Array
   step: jax.Array
 
@@ -63,9 +63,9 @@ class CoevolveState:
 class Players:
   """What is static about the two players: architectures and optimisers."""
   agent_model: ModelConfig
-  env_model: ModelConfig
+  simulator_model: ModelConfig
   agent_opt: optax.GradientTransformation
-  env_opt: optax.GradientTransformation
+  simulator_opt: optax.GradientTransformation
 
 
 class AgentBatch(NamedTuple):
@@ -160,7 +160,7 @@ def agent_update(config, players: Players, agent: PlayerState,
   return agent.replace(params=params, opt_state=opt_state), metrics
 
 
-def simulator_update(config, players: Players, env: PlayerState, prompt,
+def simulator_update(config, players: Players, simulator: PlayerState, prompt,
                      prompt_mask, task, task_mask, old_logp, ref_logp, valid,
                      reward, weights, num_seeds, variations):
   """One simulator update on its M = num_seeds * variations generations.
@@ -173,14 +173,14 @@ def simulator_update(config, players: Players, env: PlayerState, prompt,
   RWR: weighted max-likelihood of kept generations + KL to the initial
   simulator; PG: GRPO over each seed's variations with R_env as reward. Either
   way the update is scaled back so its KL (pre- vs post-update policy, on these
-  generations) stays within config.env_update.kl_cap. Batches with nothing to
+  generations) stays within config.simulator_update.kl_cap. Batches with nothing to
   learn from (no kept generation for RWR) leave the simulator unchanged.
   """
-  eu = config.env_update
-  temperature = config.coevolve.env_temperature
+  eu = config.simulator_update
+  temperature = config.coevolve.simulator_temperature
 
   def scores(params):
-    return policy.response_logprobs(players.env_model, params, prompt,
+    return policy.response_logprobs(players.simulator_model, params, prompt,
                                     prompt_mask, task, task_mask, temperature,
                                     config.coevolve.get(
                                         "logprob_chunk_size",
@@ -196,28 +196,28 @@ def simulator_update(config, players: Players, env: PlayerState, prompt,
     pg_cfg.kl_coef, pg_cfg.kl_estimator = eu.kl_coef, eu.kl_estimator
 
     def loss_fn(params):
-      return losses.env_pg_loss(scores(params).logp, old_logp, ref_logp,
+      return losses.simulator_pg_loss(scores(params).logp, old_logp, ref_logp,
                                 task_mask, reward, num_seeds, variations,
                                 pg_cfg, valid)
     learn = jnp.any(valid)
 
   (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-      env.params)
-  updates, opt_state = players.env_opt.update(grads, env.opt_state,
-                                              env.params)
-  candidate = optax.apply_updates(env.params, updates)
+      simulator.params)
+  updates, opt_state = players.simulator_opt.update(grads, simulator.opt_state,
+                                              simulator.params)
+  candidate = optax.apply_updates(simulator.params, updates)
   step_mask = task_mask & valid[:, None]
   step_kl = _masked_mean(
       losses.kl_estimate(old_logp, scores(candidate).logp, "k3"), step_mask)
   scale = losses.kl_cap_scale(step_kl, eu.kl_cap)
-  params = losses.scale_update(env.params, candidate, scale)
+  params = losses.scale_update(simulator.params, candidate, scale)
   params = jax.tree.map(lambda new, old: jnp.where(learn, new, old), params,
-                        env.params)
+                        simulator.params)
   opt_state = jax.tree.map(lambda new, old: jnp.where(learn, new, old),
-                           opt_state, env.opt_state)
+                           opt_state, simulator.opt_state)
   metrics = dict(metrics, loss=loss, update_kl=step_kl * scale**2,
                  kl_scale=scale, updated=learn.astype(jnp.float32))
-  return env.replace(params=params, opt_state=opt_state), metrics
+  return simulator.replace(params=params, opt_state=opt_state), metrics
 
 
 @functools.lru_cache(maxsize=16)
@@ -244,7 +244,7 @@ def sampling_configs(config, domain: TaskDomain
   cc = config.coevolve
   stop = dict(eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
   return (SamplingConfig(max_new_tokens=domain.task_len,
-                         temperature=cc.env_temperature, **stop),
+                         temperature=cc.simulator_temperature, **stop),
           SamplingConfig(max_new_tokens=domain.answer_len,
                          temperature=cc.agent_temperature, **stop))
 
@@ -254,20 +254,20 @@ def make_step(config, domain: TaskDomain, players: Players
   """Builds the pure co-evolution step `state -> (state, metrics)`.
 
   `config` is the run's ConfigDict (fields coevolve, curriculum, grpo,
-  env_update, pool); all of it is static.
+  simulator_update, pool); all of it is static.
   """
   cc = config.coevolve
-  if config.env_update.method not in ENV_UPDATES:
-    raise ValueError(f"config.env_update.method={config.env_update.method!r};"
+  if config.simulator_update.method not in ENV_UPDATES:
+    raise ValueError(f"config.simulator_update.method={config.simulator_update.method!r};"
                      f" expected one of {ENV_UPDATES}.")
   if cc.generation not in GENERATIONS:
     raise ValueError(f"config.coevolve.generation={cc.generation!r}; expected "
                      f"one of {GENERATIONS}.")
-  if cc.generation == "static" and config.env_update.method != "none":
+  if cc.generation == "static" and config.simulator_update.method != "none":
     raise ValueError(
         "config.coevolve.generation='static' takes its tasks from the frozen "
-        "warm-started simulator; it needs config.env_update.method='none', "
-        f"not {config.env_update.method!r}.")
+        "warm-started simulator; it needs config.simulator_update.method='none', "
+        f"not {config.simulator_update.method!r}.")
   if not 0.0 <= cc.seed_trim < 0.5:
     raise ValueError(f"config.coevolve.seed_trim={cc.seed_trim} must lie in "
                      "[0, 0.5).")
@@ -285,11 +285,11 @@ def make_step(config, domain: TaskDomain, players: Players
 
   num_seeds, variations, attempts = cc.num_seeds, cc.variations, cc.attempts
   num_replay = config.pool.replay_tasks
-  env_sampling, agent_sampling = sampling_configs(config, domain)
+  simulator_sampling, agent_sampling = sampling_configs(config, domain)
 
   def step(state: CoevolveState) -> tuple[CoevolveState, dict]:
     keys = jax.random.split(jax.random.fold_in(state.rng, state.step), 6)
-    seed_key, env_key, replay_key, agent_key, update_key, _ = keys
+    seed_key, simulator_key, replay_key, agent_key, update_key, _ = keys
 
     # 1. The simulator writes `variations` tasks per seed task. Static
     # generation: seeds from the base data only and no summary signal, so with
@@ -302,14 +302,14 @@ def make_step(config, domain: TaskDomain, players: Players
       seed_idx = pool_lib.sample_indices(state.pool, seed_key, num_seeds,
                                          cc.seed_trim)
       seed_success = state.pool.success[seed_idx]
-    env_prompt, env_prompt_mask = domain.env_prompt(
+    simulator_prompt, simulator_prompt_mask = domain.simulator_prompt(
         state.pool.tasks[seed_idx], seed_success)
-    env_out = sample(players.env_model,
-                     for_sampling(players.env_model, state.env.params),
-                     env_prompt, env_prompt_mask, env_key, env_sampling,
+    simulator_out = sample(players.simulator_model,
+                     for_sampling(players.simulator_model, state.simulator.params),
+                     simulator_prompt, simulator_prompt_mask, simulator_key, simulator_sampling,
                      variations)
     # 2. Parse what it wrote.
-    fresh = domain.parse(env_out.tokens, env_out.mask)
+    fresh = domain.parse(simulator_out.tokens, simulator_out.mask)
     num_fresh = fresh.valid.shape[0]
 
     # 3. The agent attempts fresh tasks and tasks replayed from D_train.
@@ -344,22 +344,22 @@ def make_step(config, domain: TaskDomain, players: Players
                                         update_key)
 
     # 7. Simulator update, from its own and its initial model's log-probs.
-    gen_prompt = jnp.repeat(env_prompt, variations, axis=0)
-    gen_prompt_mask = jnp.repeat(env_prompt_mask, variations, axis=0)
-    env_old_logp = env_out.logprobs
-    env_ref_logp = jax.lax.stop_gradient(policy.response_logprobs(
-        players.env_model, state.env.ref_params, gen_prompt, gen_prompt_mask,
-        env_out.tokens, env_out.mask, cc.env_temperature,
+    gen_prompt = jnp.repeat(simulator_prompt, variations, axis=0)
+    gen_prompt_mask = jnp.repeat(simulator_prompt_mask, variations, axis=0)
+    simulator_old_logp = simulator_out.logprobs
+    simulator_ref_logp = jax.lax.stop_gradient(policy.response_logprobs(
+        players.simulator_model, state.simulator.ref_params, gen_prompt, gen_prompt_mask,
+        simulator_out.tokens, simulator_out.mask, cc.simulator_temperature,
         cc.get("logprob_chunk_size", policy.DEFAULT_CHUNK_SIZE)).logp)
-    env_kl = _masked_mean(
-        losses.kl_estimate(env_old_logp, env_ref_logp, "k3"),
-        env_out.mask & fresh.valid[:, None])
-    if config.env_update.method == "none":
-      env, env_metrics = state.env, {}
+    simulator_kl = _masked_mean(
+        losses.kl_estimate(simulator_old_logp, simulator_ref_logp, "k3"),
+        simulator_out.mask & fresh.valid[:, None])
+    if config.simulator_update.method == "none":
+      simulator, simulator_metrics = state.simulator, {}
     else:
-      env, env_metrics = simulator_update(
-          config, players, state.env, gen_prompt, gen_prompt_mask,
-          env_out.tokens, env_out.mask, env_old_logp, env_ref_logp,
+      simulator, simulator_metrics = simulator_update(
+          config, players, state.simulator, gen_prompt, gen_prompt_mask,
+          simulator_out.tokens, simulator_out.mask, simulator_old_logp, simulator_ref_logp,
           fresh.valid, cur.reward, cur.weights, num_seeds, variations)
 
     # 8. Pools (with the agent's success rate on each task attempted) and
@@ -375,9 +375,9 @@ def make_step(config, domain: TaskDomain, players: Players
       new_pool = pool_lib.drop_generated(new_pool)
     new_pool = pool_lib.add_tasks(new_pool, fresh.task, fresh.difficulty,
                                   fresh.valid, task_success[:num_fresh])
-    new_env_pool = pool_lib.add_generations(
-        state.env_pool, gen_prompt, gen_prompt_mask, env_out.tokens,
-        env_out.mask, cur.reward, cur.keep)
+    new_generation_pool = pool_lib.add_generations(
+        state.generation_pool, gen_prompt, gen_prompt_mask, simulator_out.tokens,
+        simulator_out.mask, cur.reward, cur.keep)
 
     valid_f = fresh.valid.astype(jnp.float32)
     num_valid = valid_f.sum()
@@ -388,7 +388,7 @@ def make_step(config, domain: TaskDomain, players: Players
         "env/invalid_count": num_fresh - num_valid,
         "env/difficulty_mean": _masked_mean(fresh.difficulty, fresh.valid),
         "env/reward_mean": _masked_mean(cur.reward, fresh.valid),
-        "env/kl": env_kl,
+        "env/kl": simulator_kl,
         "agent/reward_mean": _masked_mean(rewards.reshape(-1), attempt_valid),
         "agent/fresh_reward_mean": _masked_mean(
             rewards[:num_fresh].reshape(-1), repeat(fresh.valid)),
@@ -403,17 +403,17 @@ def make_step(config, domain: TaskDomain, players: Players
         "agent/grad_norm": agent_metrics["grad_norm"],
         "agent/response_len": _masked_mean(agent_out.lengths, attempt_valid),
         "pool/size": state.pool.size,
-        "pool/env_size": state.env_pool.size,
+        "pool/env_size": state.generation_pool.size,
     }
     for level in range(1, domain.max_difficulty + 1):
       metrics[f"env/difficulty_frac_d{level}"] = _masked_mean(
           fresh.difficulty == level, fresh.valid)
-    for name, value in env_metrics.items():
+    for name, value in simulator_metrics.items():
       metrics[f"env_update/{name}"] = value
     metrics = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), metrics)
 
-    new_state = CoevolveState(agent=agent, env=env, pool=new_pool,
-                              env_pool=new_env_pool, rng=state.rng,
+    new_state = CoevolveState(agent=agent, simulator=simulator, pool=new_pool,
+                              generation_pool=new_generation_pool, rng=state.rng,
                               step=state.step + 1)
     return new_state, metrics
 

@@ -12,7 +12,7 @@ length T:
 
 Agent: GRPO (`grpo_loss` with `group_advantages`). Simulator: reward-weighted
 regression (`rwr_loss`) with a KL cap on each update (`kl_cap_scale`,
-`scale_update`), or policy gradient over seed variations (`env_pg_loss`).
+`scale_update`), or policy gradient over seed variations (`simulator_pg_loss`).
 """
 
 from __future__ import annotations
@@ -285,7 +285,7 @@ def scale_update(old_params: Any, new_params: Any, s: jax.Array) -> Any:
       old_params, new_params)
 
 
-def env_pg_loss(logp: jax.Array, old_logp: jax.Array, ref_logp: jax.Array,
+def simulator_pg_loss(logp: jax.Array, old_logp: jax.Array, ref_logp: jax.Array,
                 mask: jax.Array, rewards: jax.Array, num_seeds: int,
                 variations: int, cfg: Any, valid: jax.Array | None = None
                 ) -> tuple[jax.Array, dict[str, jax.Array]]:

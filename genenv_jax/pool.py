@@ -1,4 +1,4 @@
-"""Fixed-capacity device pools: the agent's task pool D_train and the env pool D_env.
+"""Fixed-capacity device pools: the agent's task pool D_train and the simulator's generation pool D_env.
 
 Both are ring buffers of fixed shape with a write cursor, so the jitted step
 reads and writes them without recompiling. D_train keeps its base data (the

@@ -291,7 +291,7 @@ def main(argv):
     print(f"failed runs: {', '.join(failed)}", file=sys.stderr)
     sys.exit(1)
   if not _DRY_RUN.value:
-    print(f"report: python -m train.report --sweep_dir={_SWEEP_DIR.value}")
+    print(f"report: python -m train.tools.sweep_report --sweep_dir={_SWEEP_DIR.value}")
 
 
 if __name__ == "__main__":

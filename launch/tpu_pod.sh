@@ -183,7 +183,7 @@ remote_flags=("--config.data.tfds_dir=\$HOME/genenv-tfds")
 if [[ -n "$hf_model" ]]; then
   model_dir="\$HOME/models/${hf_model##*/}"
   on_all_workers "$REMOTE_VENV/bin/hf download $(remote_words "$hf_model") --local-dir $model_dir"
-  remote_flags+=("--config.agent.hf_dir=$model_dir" "--config.env.hf_dir=$model_dir"
+  remote_flags+=("--config.agent.hf_dir=$model_dir" "--config.simulator.hf_dir=$model_dir"
                  "--config.task.tokenizer_dir=$model_dir")
 fi
 if [[ -n "$seed_data" ]]; then

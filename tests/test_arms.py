@@ -21,18 +21,18 @@ RULES = sharding.DEFAULT_RULES
 
 
 @functools.lru_cache(maxsize=1)
-def _warm_smoke_env():
+def _warm_smoke_simulator():
   """(seed rows, difficulties, simulator parameters on the host) of the smoke
   simulator warm-started to write well-formed tasks."""
   config = default.get_config("smoke")
   domain = get_domain(config.task)
-  model = loop.build_players(config, domain).env_model
+  model = loop.build_players(config, domain).simulator_model
   mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
   rng = np.random.default_rng(0)
   rows, difficulty = domain.random_tasks(rng, 2048)
   env = loop.init_player_params(model, jax.random.PRNGKey(1), mesh, RULES)
   env, _ = warmstart.train_supervised(
-      model, env, warmstart.env_data(domain, rows, difficulty, rng, 64 * 150, -1),
+      model, env, warmstart.simulator_data(domain, rows, difficulty, rng, 64 * 150, -1),
       steps=150, batch_size=64, learning_rate=3e-3, seed=0, mesh=mesh,
       rules=RULES)
   return rows, difficulty, jax.device_get(env)
@@ -47,7 +47,7 @@ def _arm_run(arm, agent_key, num_steps=3, extra_rows=0):
   domain = get_domain(config.task)
   players = loop.build_players(config, domain)
   mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
-  rows, difficulty, env = _warm_smoke_env()
+  rows, difficulty, env = _warm_smoke_simulator()
   agent = loop.init_player_params(players.agent_model,
                                   jax.random.PRNGKey(agent_key), mesh, RULES)
   state, shardings = loop.create_state(config, domain, players, agent,
@@ -89,7 +89,7 @@ def test_reference_code_pool_is_base_data_plus_the_latest_generation():
 
 def test_static_generation_needs_a_frozen_simulator():
   config = default.get_config("smoke,static")
-  config.env_update.method = "rwr"
+  config.simulator_update.method = "rwr"
   domain = get_domain(config.task)
   with pytest.raises(ValueError, match="config.coevolve.generation='static'"):
     coevolve.make_step(config, domain, loop.build_players(config, domain))

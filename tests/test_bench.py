@@ -1,5 +1,5 @@
 """train.bench: FLOP accounting, record schema and ratios, alternation, table;
-train.bench_step: the step benchmark's configuration, wide-answer domain and
+train.bench.step: the step benchmark's configuration, wide-answer domain and
 the Tunix GRPO peer's setup.
 No timing is asserted."""
 
@@ -12,10 +12,11 @@ import jax
 import numpy as np
 import pytest
 
-from genenv_jax import cpu_flags
+from train import cpu_flags
 from models.config import ModelConfig, get_preset
-from train import bench
-from train import bench_step
+from train.bench import common
+from train.bench import compare
+from train.bench import step as bench_step
 from train import loop
 
 # L=2 blocks, E=4, F=6, H=2 query heads of D=2, K=1 kv head, V=10, untied.
@@ -27,9 +28,9 @@ _HAND = ModelConfig(vocab_size=10, hidden_size=4, intermediate_size=6,
 
 def test_forward_flops_count_matmul_weights_twice_plus_attention():
   # Attention: 4 * L * H * D = 4 * 2 * 2 * 2 = 32 FLOPs per attended position.
-  assert bench.forward_flops_per_token(_HAND, context=0) == 2 * 280
-  assert bench.forward_flops_per_token(_HAND, context=5) == 2 * 280 + 32 * 5
-  assert bench.train_flops_per_token(_HAND, 5) == 3 * (2 * 280 + 32 * 5)
+  assert common.forward_flops_per_token(_HAND, context=0) == 2 * 280
+  assert common.forward_flops_per_token(_HAND, context=5) == 2 * 280 + 32 * 5
+  assert common.train_flops_per_token(_HAND, 5) == 3 * (2 * 280 + 32 * 5)
 
 
 def test_generation_flops_add_the_prompts_prefill():
@@ -37,28 +38,28 @@ def test_generation_flops_add_the_prompts_prefill():
   # and 2 positions, the output projection (2 * 40) once; then N - 1 = 2
   # decode steps of the whole model attending 3 and 4 positions.
   want = 2 * 480 + 32 * (1 + 2) + 80 + 2 * 560 + 32 * (3 + 4)
-  assert bench.generation_flops(_HAND, prompt_length=2, new_tokens=3) == want
+  assert common.generation_flops(_HAND, prompt_length=2, new_tokens=3) == want
   # One new token is the prefill alone.
-  assert bench.generation_flops(_HAND, 2, 1) == 2 * 480 + 32 * 3 + 80
+  assert common.generation_flops(_HAND, 2, 1) == 2 * 480 + 32 * 3 + 80
 
 
 def test_small_preset_matches_the_issue_figures():
   small = get_preset("small")
   # 8 blocks of 512*512*2 + 2*512*256 + 3*512*1408 weights, tied 512*32000.
   assert small.num_matmul_params() == 8 * 2_949_120 + 16_384_000
-  context = bench.sampler_context(32, 32)
+  context = common.sampler_context(32, 32)
   assert context == 47.5
-  flops = bench.forward_flops_per_token(small, context)
+  flops = common.forward_flops_per_token(small, context)
   assert flops == 2 * 39_976_960 + 4 * 8 * 8 * 64 * 47.5
   # At 190 GFLOP/s: "small sampling near 2,400 tok/s, fwd+bwd near 790".
   assert 2300 < 190e9 / flops < 2400
-  train = bench.train_flops_per_token(small, bench.causal_context(64))
-  assert bench.causal_context(64) == 32.5
+  train = common.train_flops_per_token(small, common.causal_context(64))
+  assert common.causal_context(64) == 32.5
   assert 780 < 190e9 / train < 800
 
 
 def test_throughput_record_ratios_read_ours_over_peer():
-  record = bench.make_record("sampler", "tiny", "tokens_per_s", 300.0,
+  record = common.make_record("sampler", "tiny", "tokens_per_s", 300.0,
                              hf=100.0, tunix=150.0, limit=600.0, mode="sample")
   assert record["ratio_hf"] == 3.0 and record["ratio_tunix"] == 2.0
   assert record["frac_of_limit"] == 0.5
@@ -71,19 +72,19 @@ def test_throughput_record_ratios_read_ours_over_peer():
 
 
 def test_time_record_ratios_read_peer_over_ours_and_absent_peers_drop_keys():
-  record = bench.make_record("step", "small", "seconds", 2.0, tunix=5.0,
+  record = common.make_record("step", "small", "seconds", 2.0, tunix=5.0,
                              limit=0.5)
   assert record["ratio_tunix"] == 2.5
   assert record["frac_of_limit"] == 0.25
   for key in ("hf", "ratio_hf"):
     assert key not in record
-  bare = bench.make_record("peak", "2048", "gflops", 123.4)
+  bare = common.make_record("peak", "2048", "gflops", 123.4)
   assert set(bare) == {"bench", "size", "metric", "ours"}
 
 
 def test_unknown_metric_is_rejected_by_name():
   with pytest.raises(ValueError, match="metric='tokens'"):
-    bench.make_record("sampler", "tiny", "tokens", 1.0)
+    common.make_record("sampler", "tiny", "tokens", 1.0)
 
 
 def test_sides_are_timed_alternately_and_a_failing_side_is_dropped(capsys):
@@ -96,7 +97,7 @@ def test_sides_are_timed_alternately_and_a_failing_side_is_dropped(capsys):
       calls.append((name, repeat))
     return run
 
-  seconds = bench.time_alternately(
+  seconds = common.time_alternately(
       {"ours": side("ours"), "hf": side("hf"), "tunix": side("tunix", 2)}, 3)
   assert calls == [("ours", 1), ("hf", 1), ("tunix", 1), ("ours", 2),
                    ("hf", 2), ("ours", 3), ("hf", 3)]
@@ -106,10 +107,10 @@ def test_sides_are_timed_alternately_and_a_failing_side_is_dropped(capsys):
 
 def test_markdown_table_has_a_row_per_record_and_dashes_for_absent_peers(
     tmp_path, capsys):
-  records = [bench.make_record("sampler", "tiny", "tokens_per_s", 300.0,
+  records = [common.make_record("sampler", "tiny", "tokens_per_s", 300.0,
                                hf=100.0, limit=600.0, mode="greedy"),
-             bench.make_record("step", "tiny", "seconds", 2.0, phase="step")]
-  table = bench.markdown_table(records).splitlines()
+             common.make_record("step", "tiny", "seconds", 2.0, phase="step")]
+  table = common.markdown_table(records).splitlines()
   assert len(table) == 2 + len(records)
   assert table[2].split(" | ")[1:9] == ["tiny", "greedy", "tokens_per_s",
                                         "300", "100", "–", "3.00×", "–"]
@@ -117,13 +118,13 @@ def test_markdown_table_has_a_row_per_record_and_dashes_for_absent_peers(
   assert table[3].split(" | ")[2] == "step"
   saved = tmp_path / "results.jsonl"
   saved.write_text("".join(json.dumps(r) + "\n" for r in records))
-  bench.main(["table", str(saved)])
+  compare.main(["table", str(saved)])
   assert capsys.readouterr().out.strip().splitlines() == table
 
 
 def test_sizes_flag_rejects_unknown_presets():
   with pytest.raises(SystemExit):
-    bench._parser().parse_args(["sampler", "--sizes", "tiny,huge"])
+    compare._parser().parse_args(["sampler", "--sizes", "tiny,huge"])
 
 
 def test_step_benchmark_uses_the_peers_agent_batch():
@@ -131,7 +132,7 @@ def test_step_benchmark_uses_the_peers_agent_batch():
   cc = config.coevolve
   assert cc.num_seeds * cc.variations == 16 and cc.attempts == 4
   assert config.pool.replay_tasks == 0
-  assert config.agent.model == config.env.model == "small"
+  assert config.agent.model == config.simulator.model == "small"
   assert config.agent.model_overrides.vocab_size == 32000
 
 
@@ -145,7 +146,7 @@ def test_tunix_grpo_setup_is_the_steps_agent_batch():
       16, 4, 32)
   # `BOS a + b =` with operands of up to 5 digits: 13 columns.
   assert setup["prompt_length"] == domain.agent_prompt_len == 13
-  assert setup["model"] == bench.model_shapes(players.agent_model)
+  assert setup["model"] == common.model_shapes(players.agent_model)
   assert setup["model"]["vocab_size"] == get_preset("tiny").vocab_size
   json.dumps(setup)
 
@@ -172,7 +173,7 @@ def test_wide_answer_domain_pads_references_and_still_verifies():
 
 
 def test_matmul_gflops_times_both_libraries():
-  rates = bench.matmul_gflops(64, 32, 48, repeats=2)
+  rates = compare.matmul_gflops(64, 32, 48, repeats=2)
   assert set(rates) == {"ours", "hf"}
   assert all(0 < rate < 1e5 for rate in rates.values())
 
@@ -186,50 +187,50 @@ def test_sampler_and_train_benchmarks_run_on_every_device_in_each_layout(
     layout, mesh):
   """The sampler still generates every token (the benchmark checks), and the
   sharded loss equals HF's (the benchmark raises otherwise)."""
-  args = bench._parser().parse_args(
+  args = compare._parser().parse_args(
       ["sampler", "--sizes", "tiny", "--repeats", "1", "--batch", "8",
        "--prompt_length", "4", "--new_tokens", "3", "--layout", layout])
-  records = list(bench._sampler_records(args, 100.0, None, "tiny"))
+  records = list(compare._sampler_records(args, 100.0, None, "tiny"))
   assert [r["mode"] for r in records] == ["sample", "greedy"]
   for record in records:
     assert record["devices"] == 8 and record["mesh"] == mesh
     assert record["ours"] > 0 and record["hf"] > 0
     # Our FLOP rate is the generation's FLOPs per generated token times our
-    # tokens/s, rounded as every figure (`bench._round`).
-    per_token = bench.generation_flops(get_preset("tiny"), 4, 3) / 3
+    # tokens/s, rounded as every figure (`common.round_figure`).
+    per_token = common.generation_flops(get_preset("tiny"), 4, 3) / 3
     gflops = per_token * record["ours"] / 1e9
     assert record["ours_gflops"] == pytest.approx(
         gflops, rel=1e-3, abs=0.05 if gflops >= 10 else 5e-5)
-  train = bench._train_record(args, 100.0, None, "tiny")
+  train = compare._train_record(args, 100.0, None, "tiny")
   assert train["mesh"] == mesh and train["ours"] > 0 and train["hf"] > 0
 
 
 def test_auto_layout_splits_weights_only_to_decode_a_model_outside_cache():
   tiny, small = get_preset("tiny"), get_preset("small")
-  assert 4 * tiny.num_matmul_params() < bench.CACHE_RESIDENT_BYTES
-  assert 4 * small.num_matmul_params() > bench.CACHE_RESIDENT_BYTES
+  assert 4 * tiny.num_matmul_params() < common.CACHE_RESIDENT_BYTES
+  assert 4 * small.num_matmul_params() > common.CACHE_RESIDENT_BYTES
   data = {"data": -1}
-  tensor = {"data": -1, "tensor": bench.tensor_devices(small, 8)}
-  assert bench.mesh_shape(tiny, "auto", decoding=True) == data
-  assert bench.mesh_shape(small, "auto", decoding=True) == tensor
-  assert bench.mesh_shape(small, "auto", decoding=False) == data
-  assert bench.mesh_shape(tiny, "tensor", decoding=False)["tensor"] == 2
+  tensor = {"data": -1, "tensor": common.tensor_devices(small, 8)}
+  assert common.mesh_shape(tiny, "auto", decoding=True) == data
+  assert common.mesh_shape(small, "auto", decoding=True) == tensor
+  assert common.mesh_shape(small, "auto", decoding=False) == data
+  assert common.mesh_shape(tiny, "tensor", decoding=False)["tensor"] == 2
   with pytest.raises(ValueError, match="layout='fsdp'"):
-    bench.mesh_shape(tiny, "fsdp", decoding=True)
+    common.mesh_shape(tiny, "fsdp", decoding=True)
 
 
 def test_tensor_devices_is_the_largest_divisor_every_split_dimension_takes():
   small = get_preset("small")  # 8 heads, 4 kv heads, MLP 1408, vocab 32000
-  assert [bench.tensor_devices(small, n) for n in (1, 2, 3, 4, 6, 8)] == [
+  assert [common.tensor_devices(small, n) for n in (1, 2, 3, 4, 6, 8)] == [
       1, 2, 1, 4, 2, 4]
 
 
 def test_sampler_benchmark_names_a_batch_the_devices_do_not_divide():
-  args = bench._parser().parse_args(
+  args = compare._parser().parse_args(
       ["sampler", "--sizes", "tiny", "--repeats", "1", "--batch", "6"])
   with pytest.raises(ValueError,
                      match=r"prompt.*dimension 0 of shape \(6, 32\)"):
-    list(bench._sampler_records(args, 100.0, None, "tiny"))
+    list(compare._sampler_records(args, 100.0, None, "tiny"))
 
 
 def test_tunix_worker_runs_on_the_requested_devices_with_our_other_flags(
@@ -244,20 +245,20 @@ def test_tunix_worker_runs_on_the_requested_devices_with_our_other_flags(
     def wait(self):
       return 0
 
-  monkeypatch.setattr(bench.subprocess, "Popen", FakeProcess)
-  monkeypatch.setenv(bench.TUNIX_PYTHON_ENV, "/opt/tunix/bin/python")
-  with bench.tunix_worker(2) as worker:
+  monkeypatch.setattr(common.subprocess, "Popen", FakeProcess)
+  monkeypatch.setenv(common.TUNIX_PYTHON_ENV, "/opt/tunix/bin/python")
+  with common.tunix_worker(2) as worker:
     assert worker is not None
   assert started["command"][0] == "/opt/tunix/bin/python"
   flags = started["env"]["XLA_FLAGS"].split()
   counts = [f for f in flags if f.startswith(cpu_flags.DEVICE_COUNT_FLAG)]
   assert counts == [f"{cpu_flags.DEVICE_COUNT_FLAG}=2"]  # this suite has 8
   assert any(f.startswith(cpu_flags.YNN_FLAG) for f in flags)
-  monkeypatch.delenv(bench.TUNIX_PYTHON_ENV)
-  with bench.tunix_worker() as worker:
+  monkeypatch.delenv(common.TUNIX_PYTHON_ENV)
+  with common.tunix_worker() as worker:
     assert worker is None
 
 
 def test_tunix_devices_must_be_positive():
   with pytest.raises(SystemExit, match="--tunix_devices=0"):
-    bench.main(["sampler", "--tunix_devices", "0"])
+    compare.main(["sampler", "--tunix_devices", "0"])

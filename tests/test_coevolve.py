@@ -21,15 +21,15 @@ RULES = sharding.DEFAULT_RULES
 
 def _smoke_config():
   config = default.get_config("smoke")
-  for player in (config.agent, config.env):
+  for player in (config.agent, config.simulator):
     player.model_overrides.num_kv_heads = 2  # divisible by tensor=2
   return config
 
 
 def _state(config, domain, players, mesh):
-  agent_key, env_key = jax.random.split(jax.random.PRNGKey(0))
+  agent_key, simulator_key = jax.random.split(jax.random.PRNGKey(0))
   agent = loop.init_player_params(players.agent_model, agent_key, mesh, RULES)
-  env = loop.init_player_params(players.env_model, env_key, mesh, RULES)
+  env = loop.init_player_params(players.simulator_model, simulator_key, mesh, RULES)
   rows, difficulty = domain.random_tasks(np.random.default_rng(0), 64)
   return loop.create_state(config, domain, players, agent, env, rows,
                            difficulty, mesh)
@@ -85,7 +85,7 @@ def test_sharded_step_matches_single_device(sharded_run):
                                 np.asarray(ref_state.pool.tasks))
 
 
-def _scripted_env_training(alpha, steps):
+def _scripted_simulator_training(alpha, steps):
   """Warm-started tiny simulator, trained by RWR against a scripted agent.
 
   The scripted agent solves a task of difficulty d with probability
@@ -99,34 +99,34 @@ def _scripted_env_training(alpha, steps):
   config.curriculum.alpha = alpha
   config.curriculum.per_seed = False  # p̂ per task: the scripted success is per level
   config.coevolve.update(num_seeds=16, variations=4, attempts=10)
-  config.env.learning_rate = 3e-3
-  config.env.model_overrides.update(hidden_size=64, intermediate_size=128)
-  config.env_update.update(kl_coef=0.0, kl_cap=0.0)
+  config.simulator.learning_rate = 3e-3
+  config.simulator.model_overrides.update(hidden_size=64, intermediate_size=128)
+  config.simulator_update.update(kl_coef=0.0, kl_cap=0.0)
   domain = get_domain(config.task)
   players = loop.build_players(config, domain)
   mesh = sharding.make_mesh({"data": -1})
   rng = np.random.default_rng(0)
   rows, difficulty = domain.random_tasks(rng, 4096)
-  env = loop.init_player_params(players.env_model, jax.random.PRNGKey(1),
+  env = loop.init_player_params(players.simulator_model, jax.random.PRNGKey(1),
                                 mesh, RULES)
   env, _ = warmstart.train_supervised(
-      players.env_model, env, warmstart.env_data(domain, rows, difficulty, rng, 64 * 300, -1),
+      players.simulator_model, env, warmstart.simulator_data(domain, rows, difficulty, rng, 64 * 300, -1),
       steps=300, batch_size=64, learning_rate=3e-3, seed=0, mesh=mesh,
       rules=RULES)
-  env_state = coevolve.PlayerState(
-      params=env, opt_state=players.env_opt.init(env),
+  simulator_state = coevolve.PlayerState(
+      params=env, opt_state=players.simulator_opt.init(env),
       ref_params=jax.tree.map(jnp.copy, env))
   seeds = jnp.asarray(rows[:16])
-  prompt, prompt_mask = domain.env_prompt(seeds)
+  prompt, prompt_mask = domain.simulator_prompt(seeds)
   sampling = SamplingConfig(max_new_tokens=domain.task_len,
                             eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
   cc = config.coevolve
 
   @jax.jit
-  def round_(env_state, key):
-    env_key, agent_key = jax.random.split(key)
-    out = sample(players.env_model, env_state.params, prompt, prompt_mask,
-                 env_key, sampling, cc.variations)
+  def round_(simulator_state, key):
+    simulator_key, agent_key = jax.random.split(key)
+    out = sample(players.simulator_model, simulator_state.params, prompt, prompt_mask,
+                 simulator_key, sampling, cc.variations)
     parsed = domain.parse(out.tokens, out.mask)
     rewards = jax.random.bernoulli(
         agent_key, success[parsed.difficulty][:, None],
@@ -134,19 +134,19 @@ def _scripted_env_training(alpha, steps):
     cur = curriculum.compute(rewards, parsed.valid, config.curriculum)
     gen_prompt = jnp.repeat(prompt, cc.variations, axis=0)
     gen_mask = jnp.repeat(prompt_mask, cc.variations, axis=0)
-    env_state, _ = coevolve.simulator_update(
-        config, players, env_state, gen_prompt, gen_mask, out.tokens, out.mask,
+    simulator_state, _ = coevolve.simulator_update(
+        config, players, simulator_state, gen_prompt, gen_mask, out.tokens, out.mask,
         out.logprobs, out.logprobs, parsed.valid, cur.reward, cur.weights,
         cc.num_seeds, cc.variations)
     shares = jnp.stack([jnp.sum(parsed.valid & (parsed.difficulty == d))
                         for d in (1, 2, 3)]) / jnp.maximum(parsed.valid.sum(), 1)
-    return env_state, shares
+    return simulator_state, shares
 
-  before = [np.asarray(round_(env_state, jax.random.PRNGKey(i))[1])
+  before = [np.asarray(round_(simulator_state, jax.random.PRNGKey(i))[1])
             for i in range(5)]
   shares = []
   for i in range(steps):
-    env_state, s = round_(env_state, jax.random.PRNGKey(100 + i))
+    simulator_state, s = round_(simulator_state, jax.random.PRNGKey(100 + i))
     shares.append(np.asarray(s))
   return np.mean(before, axis=0), np.mean(shares[-5:], axis=0)
 
@@ -154,7 +154,7 @@ def _scripted_env_training(alpha, steps):
 @pytest.mark.parametrize("alpha, target_level", [(0.5, 2), (0.1, 3)])
 def test_rwr_moves_simulator_to_difficulty_where_success_is_near_alpha(
     alpha, target_level):
-  before, after = _scripted_env_training(alpha, steps=40)
+  before, after = _scripted_simulator_training(alpha, steps=40)
   i = target_level - 1
   assert after[i] > before[i] + 0.2, (before, after)
   assert after[i] == after.max(), (before, after)

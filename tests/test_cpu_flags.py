@@ -1,11 +1,11 @@
-"""genenv_jax.cpu_flags: the XLA:CPU flags the entry points (and this suite,
+"""train.cpu_flags: the XLA:CPU flags the entry points (and this suite,
 through conftest) run with."""
 
 import os
 
 import pytest
 
-from genenv_jax import cpu_flags
+from train import cpu_flags
 
 
 def test_adds_the_library_fusions_and_keeps_other_flags():

@@ -83,7 +83,7 @@ def test_dry_run_prints_every_command():
   model_dir = "$HOME/models/Qwen2.5-7B-Instruct"
   for flag in ("--config=configs/qwen_tpu.py:7b", "--workdir=gs://bucket/run1",
                "--distributed=true", f"--config.agent.hf_dir={model_dir}",
-               f"--config.env.hf_dir={model_dir}",
+               f"--config.simulator.hf_dir={model_dir}",
                f"--config.task.tokenizer_dir={model_dir}",
                "--config.data.source_dir=$HOME/genenv-seeds",
                "--config.coevolve.num_steps=400"):
@@ -155,7 +155,7 @@ def test_the_workers_commands_stop_the_last_job_and_start_a_new_one(tmp_path):
   """The stop and start command lines, run by a real shell with HOME=tmp_path
   standing in for a worker's home."""
   out = _launch(["--dry_run", *REQUIRED, "--", "--config.task.verifier=f1",
-                 "--config.task.env_system_prompt=It's short."])
+                 "--config.task.simulator_system_prompt=It's short."])
   ssh = [c for c in _gcloud_lines(out.stdout) if c[4] == "ssh"]
   command = lambda c: next(w for w in c if w.startswith("--command="))[10:]
   stop, start = command(ssh[0]), command(ssh[-1])
@@ -187,7 +187,7 @@ def test_the_workers_commands_stop_the_last_job_and_start_a_new_one(tmp_path):
                     "--workdir=gs://bucket/run1", "--distributed=true",
                     f"--config.data.tfds_dir={tmp_path}/genenv-tfds",
                     "--config.task.verifier=f1",
-                    "--config.task.env_system_prompt=It's short."]
+                    "--config.task.simulator_system_prompt=It's short."]
     shell(stop)  # stops the job it started, found by its pid file
     with pytest.raises(ProcessLookupError):
       for _ in range(100):
@@ -207,11 +207,11 @@ def test_tpu_variants_have_the_preset_shapes_and_fitting_meshes(size):
   config = qwen_tpu.get_config(size)
   players = loop.build_players(config, types.SimpleNamespace(vocab_size=1000))
   preset = get_preset(f"qwen2.5-{size}")
-  for model in (players.agent_model, players.env_model):
+  for model in (players.agent_model, players.simulator_model):
     assert _fields(model) == _fields(preset)
     assert (model.dtype, model.param_dtype) == ("bfloat16", "float32")
     assert model.remat_policy != "none"
-  assert config.agent.learning_rate == 1e-6 and config.env.learning_rate == 5e-7
+  assert config.agent.learning_rate == 1e-6 and config.simulator.learning_rate == 5e-7
   # Each sharded dimension divides its mesh axes.
   mesh = config.mesh
   assert -1 in (mesh.data, mesh.fsdp, mesh.tensor)

@@ -303,7 +303,7 @@ def test_scale_update_interpolates_and_keeps_dtype():
 
 # ------------------------------------------------------------ env PG loss
 
-def test_env_pg_loss_groups_by_seed_and_drops_invalid():
+def test_simulator_pg_loss_groups_by_seed_and_drops_invalid():
   # Seed 0: R_env (1, 0, .5), third generation invalid -> members {1, 0}.
   # Seed 1: R_env (.2, .2, .8) -> mean .4, std sqrt(.08).
   rewards = jnp.array([1.0, 0.0, 0.5, 0.2, 0.2, 0.8])
@@ -313,7 +313,7 @@ def test_env_pg_loss_groups_by_seed_and_drops_invalid():
   logp = jnp.full((6, 2), -1.0)
   ref = logp.at[2].set(-9.0)      # large KL on the invalid generation only
   cfg = _cfg(kl_coef=0.5)
-  loss, metrics = jax.jit(lambda lp, ref_lp, m, r, v: losses.env_pg_loss(
+  loss, metrics = jax.jit(lambda lp, ref_lp, m, r, v: losses.simulator_pg_loss(
       lp, lp, ref_lp, m, r, 2, 3, cfg, valid=v))(logp, ref, mask, rewards,
                                                   valid)
   a0 = 0.5 / (0.5 + EPS)
@@ -323,5 +323,5 @@ def test_env_pg_loss_groups_by_seed_and_drops_invalid():
   assert float(loss) == pytest.approx(-token_sum / 8, rel=1e-5)
   assert float(metrics["kl"]) == 0.0
   with pytest.raises(ValueError, match="num_seeds"):
-    losses.env_pg_loss(logp, logp, ref, mask, rewards, num_seeds=3,
+    losses.simulator_pg_loss(logp, logp, ref, mask, rewards, num_seeds=3,
                        variations=3, cfg=cfg)

@@ -1,4 +1,4 @@
-"""train.op_profile: HLO metadata parsing, trace aggregation, the CLI end to end."""
+"""train.bench.op_profile: HLO metadata parsing, trace aggregation, the CLI end to end."""
 
 import json
 import os
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from train import op_profile
+from train.bench import op_profile
 
 _HLO = """\
 HloModule jit_run
@@ -70,7 +70,7 @@ def test_cli_attributes_the_decode_loop_per_iteration(tmp_path):
   # A fresh process: the trace flag must be in XLA_FLAGS before JAX starts.
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   out = subprocess.run(
-      [sys.executable, "-m", "train.op_profile", "sampler", "--size", "tiny",
+      [sys.executable, "-m", "train.bench.op_profile", "sampler", "--size", "tiny",
        "--repeats", "2", "--top", "0"],
       capture_output=True, text=True, env=env, timeout=600, check=True,
       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

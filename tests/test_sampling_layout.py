@@ -50,7 +50,7 @@ def test_weights_gathered_for_sampling_leave_fewer_gathers_in_the_decode_loop():
       num_kv_heads=2, num_layers=2)
   mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
   params = loop.init_player_params(model, jax.random.PRNGKey(0), mesh, RULES)
-  prompt, prompt_mask = domain.env_prompt(
+  prompt, prompt_mask = domain.simulator_prompt(
       domain.random_tasks(np.random.default_rng(0), 8)[0])
   config = SamplingConfig(max_new_tokens=5, eos_ids=(domain.eos_id,),
                           pad_id=domain.pad_id)

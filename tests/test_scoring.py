@@ -7,7 +7,7 @@ import json
 import pytest
 
 from genenv_jax.scoring import InputError, apibank, bfcl, qa
-from train import evaluate
+from train.tools import evaluate
 
 SCHEMA = {
     "name": "geo.area",

@@ -27,15 +27,15 @@ _spec.loader.exec_module(sweep)
 
 # What each arm must set; every other field keeps the default.
 _ARM_FIELDS = {
-    "genenv": {"env_update.method": "rwr", "curriculum.reward": "alpha"},
-    "genenv_pg": {"env_update.method": "pg", "curriculum.reward": "alpha"},
-    "frozen_env": {"env_update.method": "none"},
-    "static": {"env_update.method": "none", "coevolve.generation": "static"},
-    "reference_code": {"env_update.method": "none", "coevolve.seed_trim": 0.1,
+    "genenv": {"simulator_update.method": "rwr", "curriculum.reward": "alpha"},
+    "genenv_pg": {"simulator_update.method": "pg", "curriculum.reward": "alpha"},
+    "frozen_env": {"simulator_update.method": "none"},
+    "static": {"simulator_update.method": "none", "coevolve.generation": "static"},
+    "reference_code": {"simulator_update.method": "none", "coevolve.seed_trim": 0.1,
                        "pool.keep_generated": "latest"},
-    "uncertainty": {"env_update.method": "rwr",
+    "uncertainty": {"simulator_update.method": "rwr",
                     "curriculum.reward": "uncertainty"},
-    "learnability": {"env_update.method": "rwr",
+    "learnability": {"simulator_update.method": "rwr",
                      "curriculum.reward": "learnability"},
 }
 
@@ -64,10 +64,10 @@ def test_arm_sets_its_fields_and_nothing_else(arm):
 def test_arm_combines_with_smoke(arg):
   smoke, combined = _flat(default.get_config("smoke")), _flat(
       default.get_config(arg))
-  assert combined["env_update.method"] == "none"
+  assert combined["simulator_update.method"] == "none"
   assert combined["arm"] == "frozen_env"
   assert {k for k in smoke if smoke[k] != combined[k]} == {
-      "env_update.method", "arm"}
+      "simulator_update.method", "arm"}
 
 
 def test_config_flag_parses_combined_variants():

@@ -22,7 +22,7 @@ ROW_BUCKET = 64  # row counts are padded to a multiple of this so each function 
 
 @functools.cache
 def _compiled(domain: ArithmeticDomain):
-  return jax.jit(domain.parse), jax.jit(domain.verify), jax.jit(domain.env_prompt)
+  return jax.jit(domain.parse), jax.jit(domain.verify), jax.jit(domain.simulator_prompt)
 
 
 def _pad_rows(*arrays: np.ndarray) -> tuple[int, list[np.ndarray]]:
@@ -45,7 +45,7 @@ def verify(domain: ArithmeticDomain, response, response_mask, reference, referen
   return np.asarray(_compiled(domain)[1](*padded))[:num_rows]
 
 
-def env_prompt(domain: ArithmeticDomain, seeds):
+def simulator_prompt(domain: ArithmeticDomain, seeds):
   num_rows, padded = _pad_rows(np.asarray(seeds, np.int32))
   tokens, mask = _compiled(domain)[2](*padded)
   return np.asarray(tokens)[:num_rows], np.asarray(mask)[:num_rows]
@@ -78,7 +78,7 @@ def _parse_texts(domain: ArithmeticDomain, texts: list[str], mask_widths: list[i
 
 def test_widths_follow_max_digits():
   domain = ArithmeticDomain(max_digits=5)
-  widths = (domain.task_len, domain.env_prompt_len, domain.agent_prompt_len, domain.answer_len)
+  widths = (domain.task_len, domain.simulator_prompt_len, domain.agent_prompt_len, domain.answer_len)
   assert widths == (13, 14, 13, 7)
   assert domain.max_difficulty == 5 and domain.vocab_size == 16
 
@@ -181,12 +181,12 @@ def test_ids_outside_the_vocabulary_are_invalid(domain):
   assert not bool(parse(domain, tokens, tokens != PAD).valid[0])
 
 
-def test_env_prompt_wraps_the_seed(domain):
+def test_simulator_prompt_wraps_the_seed(domain):
   seeds = np.array([_row(t, domain.task_len) for t in ["12+3=E", "999+999=E", ""]], np.int32)
-  tokens, mask = env_prompt(domain, seeds)
+  tokens, mask = simulator_prompt(domain, seeds)
   for i, text in enumerate(["B12+3=>", "B999+999=>", "B>"]):
     ids = _ids(text)
-    expected = [PAD] * (domain.env_prompt_len - len(ids)) + ids
+    expected = [PAD] * (domain.simulator_prompt_len - len(ids)) + ids
     np.testing.assert_array_equal(tokens[i], expected)
     np.testing.assert_array_equal(mask[i], np.array(expected) != PAD)
 
@@ -385,7 +385,7 @@ def test_encode_tasks_rejects_bad_operands():
 
 
 def test_shape_errors_name_the_tensor(domain):
-  with pytest.raises(ValueError, match="env_tokens must have shape"):
+  with pytest.raises(ValueError, match="simulator_tokens must have shape"):
     domain.parse(
         jnp.zeros((2, domain.task_len + 1), jnp.int32), jnp.ones((2, domain.task_len + 1), bool)
     )

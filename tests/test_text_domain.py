@@ -184,10 +184,10 @@ def test_malformed_generations_are_invalid(domain, parse):
   assert parsed.prompt_mask.any(axis=1).all()  # every prompt attends to something
 
 
-def test_env_prompt_splices_the_seed_into_the_chat_template(tokenizer, domain):
+def test_simulator_prompt_splices_the_seed_into_the_chat_template(tokenizer, domain):
   rows = domain.encode_tasks(["Add 4 and 5.", "Name the largest planet."], ["9", "Jupiter"])
-  prompt, mask = jax.device_get(jax.jit(domain.env_prompt)(rows))
-  assert prompt.shape == (2, domain.env_prompt_len)
+  prompt, mask = jax.device_get(jax.jit(domain.simulator_prompt)(rows))
+  assert prompt.shape == (2, domain.simulator_prompt_len)
   for i, (task, answer) in enumerate([("Add 4 and 5.", "9"),
                                       ("Name the largest planet.", "Jupiter")]):
     assert np.all(np.diff(mask[i].astype(int)) >= 0) and mask[i, -1]
@@ -201,17 +201,17 @@ def test_env_prompt_splices_the_seed_into_the_chat_template(tokenizer, domain):
 
 def test_summary_signal_writes_the_success_rate(tokenizer):
   domain = TextDomain(tokenizer, summary_signals=True,
-                      env_instruction="Seed:\n{seed}\n{signal}\nWrite a new one.",
+                      simulator_instruction="Seed:\n{seed}\n{signal}\nWrite a new one.",
                       signal_template="Solved: {rate}.", **WIDTHS)
   rows = domain.encode_tasks(["Add 4 and 5."] * 4, ["9"] * 4)
-  prompt, mask = jax.device_get(jax.jit(domain.env_prompt)(
+  prompt, mask = jax.device_get(jax.jit(domain.simulator_prompt)(
       rows, np.array([0.42, 1.0, math.nan, 3.0], np.float32)))
   texts = [domain.decode(p[m])[0] for p, m in zip(prompt, mask)]
   seed = "New Task: Add 4 and 5.\nNew Answer: 9"
   assert [t for t in texts] == [
       _chat(tokenizer, f"Seed:\n{seed}\nSolved: {rate}.\nWrite a new one.")
       for rate in ("40%", "100%", "unknown", "unknown")]
-  unknown, _ = jax.device_get(jax.jit(domain.env_prompt)(rows))
+  unknown, _ = jax.device_get(jax.jit(domain.simulator_prompt)(rows))
   np.testing.assert_array_equal(unknown[2], prompt[2])
 
 

@@ -87,7 +87,7 @@ def run(tmp_path_factory):
   num_train, num_test = _write_seeds(root / "seeds")
   config = text_config.get_config("cpu")
   config.agent.hf_dir = _save_player(root / "agent", tokenizer, 0, AGENT_SCRIPT)
-  config.env.hf_dir = _save_player(root / "env", tokenizer, 1, SCRIPT)
+  config.simulator.hf_dir = _save_player(root / "env", tokenizer, 1, SCRIPT)
   config.task.update(tokenizer_dir=config.agent.hf_dir, verifier="boxed")
   config.data.update(source_dir=str(root / "seeds"), prompt_field="question",
                      answer_field="gold")
@@ -96,11 +96,11 @@ def run(tmp_path_factory):
   seeds = text_datasets.load_seed_rows(config, domain, str(root / "tfds"))
   players = loop.build_players(config, domain)
   mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
-  agent_key, env_key = jax.random.split(jax.random.PRNGKey(config.seed))
+  agent_key, simulator_key = jax.random.split(jax.random.PRNGKey(config.seed))
   agent = loop.init_player_params(players.agent_model, agent_key, mesh, RULES,
                                   config.agent.hf_dir)
-  env = loop.init_player_params(players.env_model, env_key, mesh, RULES,
-                                config.env.hf_dir)
+  env = loop.init_player_params(players.simulator_model, simulator_key, mesh, RULES,
+                                config.simulator.hf_dir)
   loaded_q = agent["layers_0"]["attn"]["q_proj"]["kernel"]
   loaded_q = (np.asarray(loaded_q), loaded_q.sharding.spec)  # the step donates it
   train = seeds["train"]

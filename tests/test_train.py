@@ -11,15 +11,15 @@ import pytest
 from configs import default
 from genenv_jax import pool as pool_lib
 from genenv_jax.tasks import ArithmeticDomain
-from train import agent_breakdown
-from train import agent_probe
+from train.tools import agent_breakdown
+from train.tools import agent_probe
 from train import datasets
 from train import heldout
 from train import init_from
 from train import loop
 from train import metrics_log
-from train import pool_breakdown
-from train import run_checkpoints
+from train.tools import pool_breakdown
+from train.tools import run_checkpoints
 
 # Metrics that depend on wall-clock time, not on the computation.
 _TIMING = ("perf/step_time_s", "steps_per_sec", "uptime")

@@ -25,9 +25,9 @@ from train import metrics_log
 STEP0_FIELDS = (
     "seed", "task.", "data.", "warmstart.",
     "agent.model", "agent.hf_dir", "agent.model_overrides.",
-    "env.model", "env.hf_dir", "env.model_overrides.",
+    "simulator.model", "simulator.hf_dir", "simulator.model_overrides.",
     "pool.capacity", "pool.num_base", "pool.base_max_difficulty",
-    "pool.env_capacity",
+    "pool.generation_capacity",
 )
 # The agent's reward in stage 2 (exact or partial credit) does not enter the
 # supervised warm-start or the held-out evaluation's exact scoring.

@@ -28,7 +28,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
 from genenv_jax import coevolve
-from genenv_jax import dispatch
+from train import dispatch
 from genenv_jax import pool as pool_lib
 from genenv_jax import sharding
 from genenv_jax.tasks import get_domain
@@ -73,9 +73,9 @@ def build_players(config, domain) -> coevolve.Players:
     overrides.setdefault("vocab_size", domain.vocab_size)
     return get_preset(player_cfg.model, **overrides)
   return coevolve.Players(agent_model=model(config.agent),
-                          env_model=model(config.env),
+                          simulator_model=model(config.simulator),
                           agent_opt=_optimizer(config.agent),
-                          env_opt=_optimizer(config.env))
+                          simulator_opt=_optimizer(config.simulator))
 
 
 def init_player_params(model_config, key, mesh, rules, hf_dir: str = ""):
@@ -93,7 +93,7 @@ def init_player_params(model_config, key, mesh, rules, hf_dir: str = ""):
       weights, shardings)
 
 
-def create_state(config, domain, players, agent_params, env_params,
+def create_state(config, domain, players, agent_params, simulator_params,
                  base_rows, base_difficulty, mesh):
   """Assembles a CoevolveState, placed on the mesh. Returns (state, shardings).
 
@@ -106,14 +106,14 @@ def create_state(config, domain, players, agent_params, env_params,
           params=agent_params,
           opt_state=jax.jit(players.agent_opt.init)(agent_params),
           ref_params=copy(agent_params)),
-      env=coevolve.PlayerState(
-          params=env_params,
-          opt_state=jax.jit(players.env_opt.init)(env_params),
-          ref_params=copy(env_params)),
+      simulator=coevolve.PlayerState(
+          params=simulator_params,
+          opt_state=jax.jit(players.simulator_opt.init)(simulator_params),
+          ref_params=copy(simulator_params)),
       pool=pool_lib.create_task_pool(base_rows, base_difficulty,
                                      config.pool.capacity),
-      env_pool=pool_lib.create_generation_pool(
-          config.pool.env_capacity, domain.env_prompt_len, domain.task_len),
+      generation_pool=pool_lib.create_generation_pool(
+          config.pool.generation_capacity, domain.simulator_prompt_len, domain.task_len),
       rng=jax.random.PRNGKey(config.seed + 3),
       step=np.int32(0))
   replicated = sharding.replicated(mesh)
@@ -136,7 +136,7 @@ def workdir_path(workdir: str) -> epath.Path:
 def _checkpoint_manager(workdir, config):
   """Keeps the latest `config.max_checkpoints` steps, and step 0 (the
   warm-started players) for good: stage 2 can be rerun from it with other
-  settings, and `train.agent_probe` trains the agent alone from it."""
+  settings, and `train.tools.agent_probe` trains the agent alone from it."""
   keep = checkpoint_managers.AnyPreservationPolicy([
       checkpoint_managers.LatestN(config.max_checkpoints),
       checkpoint_managers.CustomSteps([0])])
@@ -240,20 +240,20 @@ def train_and_evaluate(config, workdir: str) -> dict:
       rules, config.curriculum.success_threshold)
   ckpt = _checkpoint_manager(workdir, config)
 
-  agent_key, env_key = jax.random.split(jax.random.PRNGKey(config.seed))
+  agent_key, simulator_key = jax.random.split(jax.random.PRNGKey(config.seed))
   agent_params = init_player_params(players.agent_model, agent_key, mesh,
                                     rules, config.agent.get("hf_dir", ""))
-  env_params = init_player_params(players.env_model, env_key, mesh, rules,
-                                  config.env.get("hf_dir", ""))
+  simulator_params = init_player_params(players.simulator_model, simulator_key, mesh, rules,
+                                  config.simulator.get("hf_dir", ""))
   latest = ckpt.latest_step()
   init_from = config.warmstart.init_from
   if latest is None and not init_from:
     logging.info("Stage 1: warm-starting both players.")
-    agent_params, env_params, ws_metrics = warmstart.warmstart(
-        config, domain, players.agent_model, players.env_model, agent_params,
-        env_params, train["task"], train["difficulty"], mesh, rules)
+    agent_params, simulator_params, ws_metrics = warmstart.warmstart(
+        config, domain, players.agent_model, players.simulator_model, agent_params,
+        simulator_params, train["task"], train["difficulty"], mesh, rules)
   state, shardings = create_state(config, domain, players, agent_params,
-                                  env_params, train["task"][base],
+                                  simulator_params, train["task"][base],
                                   train["difficulty"][base], mesh)
   target = jax.tree.map(
       lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),

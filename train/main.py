@@ -23,7 +23,7 @@ from absl import logging
 import jax
 from ml_collections import config_flags
 
-from genenv_jax import cpu_flags
+from train import cpu_flags
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(

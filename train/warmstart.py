@@ -12,11 +12,10 @@ import functools
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
-from genenv_jax import dispatch
+from train import dispatch
 from genenv_jax import policy
 from genenv_jax import sharding
 from genenv_jax.tasks.base import TaskDomain
@@ -56,7 +55,7 @@ def agent_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
       (parsed.prompt, parsed.prompt_mask, target, target_mask)))
 
 
-def env_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
+def simulator_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
              rng: np.random.Generator, size: int,
              difficulty_step: int) -> SupervisedData:
   """(seed task -> new task) pairs: the simulator's writing lessons.
@@ -81,7 +80,7 @@ def env_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
         raise ValueError(f"Seed data has no task of difficulty {level}.")
       chosen = wanted == level
       targets[chosen] = rng.choice(at_level, chosen.sum())
-  prompt, prompt_mask = jax.jit(domain.env_prompt)(rows[seeds])
+  prompt, prompt_mask = jax.jit(domain.simulator_prompt)(rows[seeds])
   return SupervisedData(np.asarray(prompt), np.asarray(prompt_mask),
                         rows[targets], rows[targets] != domain.pad_id)
 
@@ -119,30 +118,30 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
 
 
 def warmstart(config, domain: TaskDomain, agent_model: ModelConfig,
-              env_model: ModelConfig, agent_params, env_params,
+              simulator_model: ModelConfig, agent_params, simulator_params,
               rows: np.ndarray, difficulty: np.ndarray, mesh, rules):
-  """Runs stage 1 for both players. Returns (agent, env params, metrics)."""
+  """Runs stage 1 for both players. Returns (agent params, simulator params, metrics)."""
   ws = config.warmstart
   common = dict(batch_size=ws.batch_size, learning_rate=ws.learning_rate,
                 mesh=mesh, rules=rules)
   rng = np.random.default_rng(config.seed + 1)
-  num_examples = max(max(ws.agent_steps, ws.env_steps) * ws.batch_size, 1)
-  agent_losses = env_losses = []
+  num_examples = max(max(ws.agent_steps, ws.simulator_steps) * ws.batch_size, 1)
+  agent_losses = simulator_losses = []
   if ws.agent_steps > 0:
     agent_params, agent_losses = train_supervised(
         agent_model, agent_params,
         agent_data(domain, rows, difficulty, ws.agent_level_weights, rng,
                    num_examples),
         steps=ws.agent_steps, seed=config.seed, **common)
-  if ws.env_steps > 0:
-    env_params, env_losses = train_supervised(
-        env_model, env_params,
-        env_data(domain, rows, difficulty, rng, num_examples,
-                 ws.env_difficulty_step),
-        steps=ws.env_steps, seed=config.seed + 2, **common)
+  if ws.simulator_steps > 0:
+    simulator_params, simulator_losses = train_supervised(
+        simulator_model, simulator_params,
+        simulator_data(domain, rows, difficulty, rng, num_examples,
+                 ws.simulator_difficulty_step),
+        steps=ws.simulator_steps, seed=config.seed + 2, **common)
   metrics = {}
   if agent_losses:
     metrics["warmstart/agent_loss"] = float(np.mean(agent_losses[-20:]))
-  if env_losses:
-    metrics["warmstart/env_loss"] = float(np.mean(env_losses[-20:]))
-  return agent_params, env_params, metrics
+  if simulator_losses:
+    metrics["warmstart/env_loss"] = float(np.mean(simulator_losses[-20:]))
+  return agent_params, simulator_params, metrics

@@ -1,7 +1,7 @@
 """The α sweep: the full method (genenv) at α ∈ {0.3, 0.5, 0.7} × seeds {0, 1, 2}.
 
   python launch/sweep.py --sweep=configs/sweeps/alpha.py --sweep_dir=runs/sweep
-  python -m train.report --sweep_dir=runs/sweep --out=docs/results
+  python -m train.tools.sweep_report --sweep_dir=runs/sweep --out=docs/results
 
 Runs are sized as in configs/sweeps/arms.py (same overrides and seeds), so in
 the same sweep directory the α = 0.5 runs are the arms sweep's genenv runs and

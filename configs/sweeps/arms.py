@@ -2,7 +2,7 @@
 
   python launch/sweep.py --sweep=configs/sweeps/arms.py --sweep_dir=runs/sweep
   python launch/sweep.py --sweep=configs/sweeps/alpha.py --sweep_dir=runs/sweep
-  python -m train.report --sweep_dir=runs/sweep --out=docs/results
+  python -m train.tools.sweep_report --sweep_dir=runs/sweep --out=docs/results
 
 Every run has the demo's agent, simulator and warm-start (one shared
 warm-start per seed: every arm at a seed starts from the same players) and the

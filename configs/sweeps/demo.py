@@ -2,7 +2,7 @@
 each run exactly `configs/default.py` (240 steps) but for α and the seed.
 
   python launch/sweep.py --sweep=configs/sweeps/demo.py --sweep_dir=runs/demo_sweep --parallel=2
-  python -m train.report --sweep_dir=runs/demo_sweep --out=runs/demo_sweep/report
+  python -m train.tools.sweep_report --sweep_dir=runs/demo_sweep --out=runs/demo_sweep/report
 
 Seed 0 at α = 0.5 is `./launch/local.sh`'s run. The report's dynamics table gives, per run, what the demo is judged
 by: where the success rate starts, how much of the second half it spends in the α band, whether the simulator's

@@ -1,7 +1,7 @@
 """A tiny sweep for tests: the smoke config, 2 arms × 2 seeds (seconds a run).
 
   python launch/sweep.py --sweep=configs/sweeps/smoke.py --sweep_dir=/tmp/sweep_smoke
-  python -m train.report --sweep_dir=/tmp/sweep_smoke --out=/tmp/sweep_smoke/report
+  python -m train.tools.sweep_report --sweep_dir=/tmp/sweep_smoke --out=/tmp/sweep_smoke/report
 """
 
 from __future__ import annotations

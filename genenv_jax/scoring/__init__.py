@@ -5,7 +5,7 @@
   apibank  API-Bank call match: one predicted API call against the gold call.
   qa       Exact match and token F1 with SQuAD-style answer normalisation.
 
-`python -m train.evaluate` is the command-line front end. This module holds what the
+`python -m train.tools.evaluate` is the command-line front end. This module holds what the
 scorers share: the per-example `Verdict`, `InputError` for malformed inputs, and
 `read_jsonl`.
 """

@@ -124,7 +124,7 @@ class ArithmeticDomain(TaskDomain):
     return 2 * self.max_digits + 3
 
   @property
-  def env_prompt_len(self) -> int:
+  def simulator_prompt_len(self) -> int:
     """BOS, the seed without its EOS, '>'."""
     return self.task_len + 1
 
@@ -142,7 +142,7 @@ class ArithmeticDomain(TaskDomain):
   def max_difficulty(self) -> int:
     return self.max_digits
 
-  def env_prompt(
+  def simulator_prompt(
       self, seed_tasks: jax.Array, success_rate: jax.Array | None = None
   ) -> tuple[jax.Array, jax.Array]:
     """`BOS <seed tokens before its EOS> >`, left-padded.
@@ -153,7 +153,7 @@ class ArithmeticDomain(TaskDomain):
       success_rate: ignored (this domain's prompts carry no summary signal).
 
     Returns:
-      (tokens int32[M, env_prompt_len], mask bool[M, env_prompt_len]).
+      (tokens int32[M, simulator_prompt_len], mask bool[M, simulator_prompt_len]).
     """
     seeds = jnp.asarray(seed_tasks, jnp.int32)
     check_rows("seed_tasks", seeds, self.task_len)
@@ -163,20 +163,20 @@ class ArithmeticDomain(TaskDomain):
     with_bos = jnp.concatenate([jnp.full((seeds.shape[0], 1), BOS, jnp.int32), seeds], axis=1)
     columns = jnp.arange(with_bos.shape[1])[None, :]
     prompt = jnp.where(columns == content_len[:, None] + 1, SEP, with_bos)
-    return _left_align(prompt, content_len + 2, self.env_prompt_len)
+    return _left_align(prompt, content_len + 2, self.simulator_prompt_len)
 
-  def parse(self, env_tokens: jax.Array, env_mask: jax.Array) -> ParsedTasks:
+  def parse(self, simulator_tokens: jax.Array, simulator_mask: jax.Array) -> ParsedTasks:
     """Validates `a+b=<eos>` exactly and builds the agent's prompt and reference.
 
-    A generation is valid iff its first EOS lies inside `env_mask` (with every token
+    A generation is valid iff its first EOS lies inside `simulator_mask` (with every token
     before it), the tokens before that EOS are digits with exactly one '+' and one '='
     in the order `a+b=`, '=' is right before EOS, each operand has 1..max_digits digits
     and no leading zero unless it is the single digit 0. Tokens after the EOS are
     ignored.
 
     Args:
-      env_tokens: int32[M, task_len].
-      env_mask: bool[M, task_len].
+      simulator_tokens: int32[M, task_len].
+      simulator_mask: bool[M, task_len].
 
     Returns:
       ParsedTasks; prompt int32[M, task_len] is `BOS a + b =` (with pad_operands,
@@ -184,7 +184,7 @@ class ArithmeticDomain(TaskDomain):
       so every prompt attends to at least one token), reference int32[M,
       max_digits + 2] is the sum's digits then EOS (all pad for invalid rows).
     """
-    tokens, mask = generation_rows(env_tokens, env_mask, self.task_len)
+    tokens, mask = generation_rows(simulator_tokens, simulator_mask, self.task_len)
     num_rows, width = tokens.shape
     columns = jnp.arange(width)[None, :]
 

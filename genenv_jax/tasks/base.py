@@ -4,7 +4,7 @@ A domain fixes one token format shared by the simulator's outputs, the seed rows
 task pool: a *written-task row* `int32[..., task_len]`, the task's tokens, its EOS, then
 pad. Inside the co-evolution step a domain
 
-1. turns seed rows into simulator prompts (`env_prompt`),
+1. turns seed rows into simulator prompts (`simulator_prompt`),
 2. reads what the simulator wrote (`parse`): the agent's prompt, the reference answer,
    whether the task is well formed, and its difficulty,
 3. scores the agent's responses against the references (`verify`).
@@ -30,14 +30,14 @@ def check_rows(name: str, array: jax.Array, width: int) -> None:
     raise ValueError(f"{name} must have shape [M, {width}], got {tuple(array.shape)}")
 
 
-def generation_rows(env_tokens, env_mask, task_len: int
+def generation_rows(simulator_tokens, simulator_mask, task_len: int
                     ) -> tuple[jax.Array, jax.Array]:
   """What `TaskDomain.parse` receives, as (int32[M, task_len] tokens,
   bool[M, task_len] mask); raises ValueError naming the wrong-shaped one."""
-  tokens = jnp.asarray(env_tokens, jnp.int32)
-  mask = jnp.asarray(env_mask, bool)
-  check_rows("env_tokens", tokens, task_len)
-  check_rows("env_mask", mask, task_len)
+  tokens = jnp.asarray(simulator_tokens, jnp.int32)
+  mask = jnp.asarray(simulator_mask, bool)
+  check_rows("simulator_tokens", tokens, task_len)
+  check_rows("simulator_mask", mask, task_len)
   return tokens, mask
 
 
@@ -72,7 +72,7 @@ class TaskDomain(abc.ABC):
     pad_id, bos_id, eos_id: special token ids.
     task_len: width of a written-task row, its EOS included; the simulator's
       max_new_tokens.
-    env_prompt_len: width of the simulator's prompts.
+    simulator_prompt_len: width of the simulator's prompts.
     agent_prompt_len: P, width of the agent's prompts.
     answer_len: R, width of references and the agent's max_new_tokens.
     max_difficulty: largest difficulty level a valid task can have.
@@ -83,7 +83,7 @@ class TaskDomain(abc.ABC):
   bos_id: int
   eos_id: int
   task_len: int
-  env_prompt_len: int
+  simulator_prompt_len: int
   agent_prompt_len: int
   answer_len: int
   max_difficulty: int
@@ -94,7 +94,7 @@ class TaskDomain(abc.ABC):
     """Builds the domain from its config section (`config.task`)."""
 
   @abc.abstractmethod
-  def env_prompt(
+  def simulator_prompt(
       self, seed_tasks: jax.Array, success_rate: jax.Array | None = None
   ) -> tuple[jax.Array, jax.Array]:
     """Simulator prompts asking for a new task in the style of each seed.
@@ -106,16 +106,16 @@ class TaskDomain(abc.ABC):
         a summary signal; others ignore it.
 
     Returns:
-      (tokens int32[M, env_prompt_len], mask bool[M, env_prompt_len]), left-padded.
+      (tokens int32[M, simulator_prompt_len], mask bool[M, simulator_prompt_len]), left-padded.
     """
 
   @abc.abstractmethod
-  def parse(self, env_tokens: jax.Array, env_mask: jax.Array) -> ParsedTasks:
+  def parse(self, simulator_tokens: jax.Array, simulator_mask: jax.Array) -> ParsedTasks:
     """Reads the simulator's generations.
 
     Args:
-      env_tokens: int32[M, task_len] sampled tokens.
-      env_mask: bool[M, task_len] true on tokens the simulator actually wrote (up to
+      simulator_tokens: int32[M, task_len] sampled tokens.
+      simulator_mask: bool[M, task_len] true on tokens the simulator actually wrote (up to
         and including its EOS); a generation whose EOS is not inside the mask was
         truncated and is invalid.
 

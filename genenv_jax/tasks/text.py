@@ -202,7 +202,7 @@ class TextDomain(TaskDomain):
     max_answer_tokens: widest answer span (the reference adds EOS).
     max_written_tokens: task_len, the simulator's token budget (EOS included).
     use_chat_template: render prompts through the tokenizer's chat template.
-    env_system_prompt, env_instruction: the simulator's prompt; the instruction holds
+    simulator_system_prompt, simulator_instruction: the simulator's prompt; the instruction holds
       `{seed}` (and `{signal}` with summary signals); `{task_delimiter}` and
       `{answer_delimiter}` in it are replaced by the delimiters.
     agent_system_prompt, agent_instruction: the agent's prompt; the instruction holds
@@ -218,8 +218,8 @@ class TextDomain(TaskDomain):
   def __init__(self, tokenizer: Any, *, task_delimiter: str = "New Task:",
                answer_delimiter: str = "New Answer:", max_task_tokens: int = 256,
                max_answer_tokens: int = 64, max_written_tokens: int = 384,
-               use_chat_template: bool = True, env_system_prompt: str = "",
-               env_instruction: str = DEFAULT_ENV_INSTRUCTION,
+               use_chat_template: bool = True, simulator_system_prompt: str = "",
+               simulator_instruction: str = DEFAULT_ENV_INSTRUCTION,
                agent_system_prompt: str = "", agent_instruction: str = TASK_SLOT,
                eos_token: str = "", pad_token: str = "", verifier: str = "exact",
                max_difficulty: int = 4, summary_signals: bool = False,
@@ -287,20 +287,20 @@ class TextDomain(TaskDomain):
         text = text.replace(slot, delimiter)
       return text
 
-    env_instruction = with_delimiters(env_instruction)
+    simulator_instruction = with_delimiters(simulator_instruction)
     agent_instruction = with_delimiters(agent_instruction)
-    env_slots = (SEED_SLOT, SIGNAL_SLOT) if self.summary_signals else (SEED_SLOT,)
+    simulator_slots = (SEED_SLOT, SIGNAL_SLOT) if self.summary_signals else (SEED_SLOT,)
     if not self.summary_signals:
-      env_instruction = env_instruction.replace(SIGNAL_SLOT, "")
-    self.env_template = render_template(tokenizer, env_instruction, env_slots,
-                                        env_system_prompt, use_chat_template)
+      simulator_instruction = simulator_instruction.replace(SIGNAL_SLOT, "")
+    self.simulator_template = render_template(tokenizer, simulator_instruction, simulator_slots,
+                                        simulator_system_prompt, use_chat_template)
     self.agent_template = render_template(tokenizer, agent_instruction, (TASK_SLOT,),
                                           agent_system_prompt, use_chat_template)
     if not self.agent_template.constant_len:
       raise ValueError("config.task.agent_instruction must hold text besides {task} "
                        "(every agent prompt needs at least one token)")
     self.signal_tokens, self.signal_lengths = self._signal_table(signal_template)
-    self.env_prompt_len = (self.env_template.constant_len + self.task_len - 1
+    self.simulator_prompt_len = (self.simulator_template.constant_len + self.task_len - 1
                            + (self.signal_tokens.shape[1] if self.summary_signals else 0))
     self.agent_prompt_len = self.agent_template.constant_len + self.max_task_tokens
     self.answer_len = self.max_answer_tokens + 1
@@ -371,9 +371,9 @@ class TextDomain(TaskDomain):
         segments.append((ids, jnp.full((num_rows,), len(piece), jnp.int32)))
     return segments
 
-  def env_prompt(self, seed_tasks: jax.Array,
+  def simulator_prompt(self, seed_tasks: jax.Array,
                  success_rate: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
-    """The simulator's prompts: the env instruction with each seed's text.
+    """The simulator's prompts: the simulator instruction with each seed's text.
 
     Args:
       seed_tasks: int32[M, task_len] written-task rows; a seed's text ends at its
@@ -383,7 +383,7 @@ class TextDomain(TaskDomain):
         None: "unknown"). Ignored without summary signals.
 
     Returns:
-      (tokens int32[M, env_prompt_len], mask bool[M, env_prompt_len]), left-padded.
+      (tokens int32[M, simulator_prompt_len], mask bool[M, simulator_prompt_len]), left-padded.
     """
     seeds = jnp.asarray(seed_tasks, jnp.int32)
     check_rows("seed_tasks", seeds, self.task_len)
@@ -404,7 +404,7 @@ class TextDomain(TaskDomain):
         bucket = bucket.astype(jnp.int32)
       slots.append((jnp.asarray(self.signal_tokens)[bucket],
                     jnp.asarray(self.signal_lengths)[bucket]))
-    return _pack(self._segments(self.env_template, slots, num_rows), self.env_prompt_len,
+    return _pack(self._segments(self.simulator_template, slots, num_rows), self.simulator_prompt_len,
                  self.pad_id)
 
   def _delimiter_hits(self, tokens: jax.Array, region: jax.Array,
@@ -423,12 +423,12 @@ class TextDomain(TaskDomain):
       lengths = jnp.where(here, len(variant), lengths)
     return hits, lengths
 
-  def parse(self, env_tokens: jax.Array, env_mask: jax.Array) -> ParsedTasks:
+  def parse(self, simulator_tokens: jax.Array, simulator_mask: jax.Array) -> ParsedTasks:
     """Reads delimited tasks (rules in the module docstring).
 
     Args:
-      env_tokens: int32[M, task_len].
-      env_mask: bool[M, task_len].
+      simulator_tokens: int32[M, task_len].
+      simulator_mask: bool[M, task_len].
 
     Returns:
       ParsedTasks: prompt int32[M, agent_prompt_len] (the agent template with an
@@ -436,7 +436,7 @@ class TextDomain(TaskDomain):
       pad; all pad and unmasked for invalid rows), task int32[M, task_len] (the text
       from the task delimiter, unspaced, to EOS, then pad; all pad for invalid rows).
     """
-    tokens, mask = generation_rows(env_tokens, env_mask, self.task_len)
+    tokens, mask = generation_rows(simulator_tokens, simulator_mask, self.task_len)
     num_rows, width = tokens.shape
     columns = jnp.arange(width)[None, :]
     blank = text_verifiers.lookup(self.tables.blank, tokens, False)

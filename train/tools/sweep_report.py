@@ -1,6 +1,6 @@
 """A sweep's report: results table and plots over every run in a directory.
 
-  python -m train.report --sweep_dir=runs/sweep --out=docs/results
+  python -m train.tools.sweep_report --sweep_dir=runs/sweep --out=docs/results
 
 Reads each <sweep_dir>/<run>/config.json and metrics.jsonl (the runs written by
 launch/sweep.py, or any train.main workdirs), groups the runs by arm and α,
@@ -395,7 +395,7 @@ def main():
   parser.add_argument("--out", default="docs/results",
                       help="Directory for README.md and the PNGs.")
   args = parser.parse_args()
-  command = (f"python -m train.report --sweep_dir={args.sweep_dir} "
+  command = (f"python -m train.tools.sweep_report --sweep_dir={args.sweep_dir} "
              f"--out={args.out}")
   print(write_report(args.sweep_dir, args.out, command))
 

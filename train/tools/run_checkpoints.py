@@ -1,6 +1,6 @@
 """Reading a player or the agent's task pool out of a finished (or running)
 run's checkpoints, for the tools that study them apart from the run:
-`train.agent_probe`, `train.agent_breakdown`, `train.pool_breakdown`."""
+`train.tools.agent_probe`, `train.tools.agent_breakdown`, `train.tools.pool_breakdown`."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Benchmark scoring of model outputs: BFCL AST, API-Bank call match, QA EM/F1.
 
-  python -m train.evaluate bfcl --category simple_python --data_dir DIR \
+  python -m train.tools.evaluate bfcl --category simple_python --data_dir DIR \
       --predictions FILE
-  python -m train.evaluate apibank --data GOLD.jsonl --predictions FILE
-  python -m train.evaluate qa --data GOLD.jsonl --predictions FILE
+  python -m train.tools.evaluate apibank --data GOLD.jsonl --predictions FILE
+  python -m train.tools.evaluate qa --data GOLD.jsonl --predictions FILE
 
 Predictions FILE is JSON lines, one `{"id": ..., "result": "<model output text>"}` per
 example (BFCL's result-file fields). Every example of the data must have exactly one
@@ -129,7 +129,7 @@ def _run_qa(args) -> None:
 
 def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
-      prog="python -m train.evaluate",
+      prog="python -m train.tools.evaluate",
       description="Score model outputs; the last line printed is accuracy=<float>.")
   commands = parser.add_subparsers(dest="benchmark", required=True)
 

@@ -2,7 +2,7 @@
 sampling could reach: per difficulty level, the greedy accuracy, the mean
 success of sampled attempts and pass@k.
 
-  python -m train.agent_breakdown --config=configs/default.py --workdir=runs/default \
+  python -m train.tools.agent_breakdown --config=configs/default.py --workdir=runs/default \
       [--step=0] [--attempts=32] [--baseline_step=N]
 
 Reads the agent of checkpoint `--step` (0: the warm-started agent) and the
@@ -34,14 +34,14 @@ import jax.numpy as jnp
 from ml_collections import config_flags
 import numpy as np
 
-from genenv_jax import cpu_flags
+from train import cpu_flags
 from genenv_jax import sharding
 from genenv_jax.sampling import SamplingConfig, sample
 from genenv_jax.tasks import ArithmeticDomain, get_domain
 from train import datasets
 from train import heldout
 from train import loop
-from train import run_checkpoints
+from train.tools import run_checkpoints
 
 PASS_AT = (4, 10)
 

@@ -2,7 +2,7 @@
 
 XLA's CPU backend can hand dots and reductions to its YNNPACK library fusions
 instead of Eigen matmuls and its own emitted loops. On this project's
-benchmarks (`python -m train.bench`, 2-core x86 CPU) that speeds up forward +
+benchmarks (`python -m train.bench.compare`, 2-core x86 CPU) that speeds up forward +
 backward at both model presets and leaves sampling about where it was. The
 third kind, elementwise fusions, is left off: with it XLA fails to compile
 some of this project's programs ("unsupported layout in YNN fusion").

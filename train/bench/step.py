@@ -1,7 +1,7 @@
-"""The co-evolution step benchmark (`python -m train.bench step`).
+"""The co-evolution step benchmark (`python -m train.bench.compare step`).
 
 Both players are a random `tiny` or `small` preset (their own vocabularies)
-on the mesh `train.bench.mesh_shape` picks for a program that decodes (with
+on the mesh `train.bench.common.mesh_shape` picks for a program that decodes (with
 --layout auto: the batch split over every device for tiny, the weights split
 over the devices for small). The agent batch matches the peers'
 GRPO step: 16 tasks x 4 attempts x 32 new tokens (4 seeds x 4 variations
@@ -13,16 +13,16 @@ amount of work.
 Records (metric "seconds", ratios "> 1 = we are faster"):
   phase "step": the whole step jitted as in training (`coevolve.jit_step`,
     the state donated), with the number of compilations it took ("compiles");
-    peer "tunix" (with TUNIX_PYTHON set, see `train.bench`): one step of
+    peer "tunix" (with TUNIX_PYTHON set, see `train.bench.compare`): one step of
     Tunix's GRPOLearner on a random Qwen2 of the agent's shapes at the same
     agent batch (16 prompts x 4 generations x 32 new tokens; prompts as long
     as the agent's, `agent_prompt_len` = 13 columns: Tunix's are 13 random
     ids, ours `BOS a + b =` left-padded to 13), a reference model and AdamW
-    (the "grpo" bench of `train/bench_tunix.py`). It is only the agent's half
+    (the "grpo" bench of `train/bench/tunix_side.py`). It is only the agent's half
     of our step: the simulator's sampling and update have no counterpart
     there. The two are timed alternately;
-  phases "env_sample", "agent_sample", "verify_curriculum", "agent_update",
-    "env_update": the step's stages, each compiled on its own (they follow
+  phases "simulator_sample", "agent_sample", "verify_curriculum", "agent_update",
+    "simulator_update": the step's stages, each compiled on its own (they follow
     `coevolve.make_step`; pools and metrics are left out).
 limit: the phase's FLOPs (`forward_flops_per_token` per token forward, 3x
 that per token trained) at the measured peak.
@@ -50,11 +50,11 @@ from genenv_jax import sharding
 from genenv_jax.sampling import sample
 from genenv_jax.tasks.arithmetic import ArithmeticDomain
 from models.config import get_preset
-from train import bench
+from train.bench import common
 from train import loop
 
 NUM_SEEDS, VARIATIONS, ATTEMPTS, ANSWER_TOKENS = 4, 4, 4, 32
-RULES = bench.RULES
+RULES = common.RULES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,21 +70,21 @@ class WideAnswerDomain(ArithmeticDomain):
 
 def step_config(size: str, layout: str = "auto") -> ml_collections.ConfigDict:
   """The demo config with both players at preset `size`, the peers' batch
-  and the mesh `train.bench.mesh_shape` gives `layout` for a program that
+  and the mesh `train.bench.common.mesh_shape` gives `layout` for a program that
   decodes."""
   preset = get_preset(size)
   config = default.get_config()
   config.mesh = ml_collections.ConfigDict(
-      bench.mesh_shape(preset, layout, decoding=True))
+      common.mesh_shape(preset, layout, decoding=True))
   vocab = preset.vocab_size
-  for player in (config.agent, config.env):
+  for player in (config.agent, config.simulator):
     player.model = size
     player.model_overrides = ml_collections.ConfigDict(dict(vocab_size=vocab))
   config.coevolve.update(num_seeds=NUM_SEEDS, variations=VARIATIONS,
                          attempts=ATTEMPTS, agent_epochs=1,
                          agent_minibatches=1)
   config.pool.update(capacity=1024, num_base=256, replay_tasks=0,
-                     env_capacity=256)
+                     generation_capacity=256)
   return config
 
 
@@ -92,7 +92,7 @@ def tunix_grpo_setup(config, domain, players) -> dict:
   """The Tunix worker's "grpo" setup fields for our step's agent batch: one
   prompt per task, the agent's prompt length and answer columns."""
   cc = config.coevolve
-  return dict(bench="grpo", model=bench.model_shapes(players.agent_model),
+  return dict(bench="grpo", model=common.model_shapes(players.agent_model),
               num_prompts=cc.num_seeds * cc.variations,
               generations=cc.attempts, prompt_length=domain.agent_prompt_len,
               new_tokens=domain.answer_len, seed=config.seed)
@@ -109,48 +109,48 @@ def _median_seconds(fn, repeats: int) -> float:
 
 def _phase_flops(config, domain, players) -> dict[str, float]:
   """FLOPs of each phase (see the module doc)."""
-  agent, env = players.agent_model, players.env_model
+  agent, env = players.agent_model, players.simulator_model
   cc = config.coevolve
   tasks = cc.num_seeds * cc.variations
   attempts = tasks * cc.attempts
-  pe, length = domain.env_prompt_len, domain.task_len
+  pe, length = domain.simulator_prompt_len, domain.task_len
   p, r = domain.agent_prompt_len, domain.answer_len
-  fwd, train = bench.forward_flops_per_token, bench.train_flops_per_token
-  env_tokens = tasks * (pe + length)
+  fwd, train = common.forward_flops_per_token, common.train_flops_per_token
+  simulator_tokens = tasks * (pe + length)
   agent_tokens = attempts * (p + r)
   return {
-      "env_sample": (cc.num_seeds * pe * fwd(env, bench.causal_context(pe))
+      "simulator_sample": (cc.num_seeds * pe * fwd(env, common.causal_context(pe))
                      + tasks * length
-                     * fwd(env, bench.sampler_context(pe, length))),
-      "agent_sample": (tasks * p * fwd(agent, bench.causal_context(p))
-                       + attempts * r * fwd(agent, bench.sampler_context(p, r))),
+                     * fwd(env, common.sampler_context(pe, length))),
+      "agent_sample": (tasks * p * fwd(agent, common.causal_context(p))
+                       + attempts * r * fwd(agent, common.sampler_context(p, r))),
       # Reference log-probs, then one epoch of forward + backward.
       "agent_update": agent_tokens * (
-          fwd(agent, bench.causal_context(p + r))
-          + cc.agent_epochs * train(agent, bench.causal_context(p + r))),
+          fwd(agent, common.causal_context(p + r))
+          + cc.agent_epochs * train(agent, common.causal_context(p + r))),
       # Reference log-probs, forward + backward, the KL-cap forward.
-      "env_update": env_tokens * (
-          2 * fwd(env, bench.causal_context(pe + length))
-          + train(env, bench.causal_context(pe + length))),
+      "simulator_update": simulator_tokens * (
+          2 * fwd(env, common.causal_context(pe + length))
+          + train(env, common.causal_context(pe + length))),
   }
 
 
 def _phases(config, domain, players, mesh):
   """The step's stages as separately jitted functions (see the module doc)."""
   cc = config.coevolve
-  env_sampling, agent_sampling = coevolve.sampling_configs(config, domain)
+  simulator_sampling, agent_sampling = coevolve.sampling_configs(config, domain)
   repeat = functools.partial(jnp.repeat, repeats=cc.attempts, axis=0)
 
-  def env_sample(state: coevolve.CoevolveState):
-    seed_key, env_key = jax.random.split(state.rng)
+  def simulator_sample(state: coevolve.CoevolveState):
+    seed_key, simulator_key = jax.random.split(state.rng)
     seeds, _ = pool_lib.sample_tasks(state.pool, seed_key, cc.num_seeds)
-    prompt, prompt_mask = domain.env_prompt(seeds)
-    out = sample(players.env_model, state.env.params, prompt, prompt_mask,
-                 env_key, env_sampling, cc.variations)
+    prompt, prompt_mask = domain.simulator_prompt(seeds)
+    out = sample(players.simulator_model, state.simulator.params, prompt, prompt_mask,
+                 simulator_key, simulator_sampling, cc.variations)
     return prompt, prompt_mask, out
 
-  def agent_sample(agent_params, env_out, key):
-    fresh = domain.parse(env_out.tokens, env_out.mask)
+  def agent_sample(agent_params, simulator_out, key):
+    fresh = domain.parse(simulator_out.tokens, simulator_out.mask)
     out = sample(players.agent_model, agent_params, fresh.prompt,
                  fresh.prompt_mask, key, agent_sampling, cc.attempts)
     return fresh, out
@@ -170,68 +170,68 @@ def _phases(config, domain, players, mesh):
                                 rewards)
     return coevolve.agent_update(config, players, agent, batch, key)
 
-  def env_update(env, prompt, prompt_mask, env_out, fresh, cur):
+  def simulator_update(env, prompt, prompt_mask, simulator_out, fresh, cur):
     gen_prompt = jnp.repeat(prompt, cc.variations, axis=0)
     gen_mask = jnp.repeat(prompt_mask, cc.variations, axis=0)
     ref_logp = policy.response_logprobs(
-        players.env_model, env.ref_params, gen_prompt, gen_mask,
-        env_out.tokens, env_out.mask, cc.env_temperature).logp
+        players.simulator_model, env.ref_params, gen_prompt, gen_mask,
+        simulator_out.tokens, simulator_out.mask, cc.simulator_temperature).logp
     return coevolve.simulator_update(
-        config, players, env, gen_prompt, gen_mask, env_out.tokens,
-        env_out.mask, env_out.logprobs, ref_logp, fresh.valid, cur.reward,
+        config, players, env, gen_prompt, gen_mask, simulator_out.tokens,
+        simulator_out.mask, simulator_out.logprobs, ref_logp, fresh.valid, cur.reward,
         cur.weights, cc.num_seeds, cc.variations)
 
   jit = lambda fn: jax.jit(sharding.in_mesh(mesh, RULES)(fn))
-  return (jit(env_sample), jit(agent_sample), jit(verify_curriculum),
-          jit(agent_update), jit(env_update))
+  return (jit(simulator_sample), jit(agent_sample), jit(verify_curriculum),
+          jit(agent_update), jit(simulator_update))
 
 
 def run(size: str, repeats: int, peak_gflops: float,
-        tunix: bench.TunixWorker | None = None,
+        tunix: common.TunixWorker | None = None,
         layout: str = "auto") -> Iterator[dict]:
   """Times the whole step and its phases at preset `size`; yields records.
 
   tunix: a worker for the step's peer figure (see the module doc), or None.
-  layout: our side's device layout (`train.bench.mesh_shape`).
+  layout: our side's device layout (`train.bench.common.mesh_shape`).
   """
   config = step_config(size, layout)
   domain = WideAnswerDomain(max_digits=config.task.max_digits)
   players = loop.build_players(config, domain)
   mesh = sharding.make_mesh(dict(config.mesh))
-  agent_key, env_key = jax.random.split(jax.random.PRNGKey(config.seed))
+  agent_key, simulator_key = jax.random.split(jax.random.PRNGKey(config.seed))
   init = lambda model, key: loop.init_player_params(model, key, mesh, RULES)
   rows, difficulty = domain.random_tasks(np.random.default_rng(config.seed),
                                          config.pool.num_base)
   state, shardings = loop.create_state(
       config, domain, players, init(players.agent_model, agent_key),
-      init(players.env_model, env_key), rows, difficulty, mesh)
+      init(players.simulator_model, simulator_key), rows, difficulty, mesh)
   flops = _phase_flops(config, domain, players)
   limit = lambda phase_flops: phase_flops / (peak_gflops * 1e9)
   details = dict(seeds=NUM_SEEDS, variations=VARIATIONS, attempts=ATTEMPTS,
-                 new_tokens=ANSWER_TOKENS, env_new_tokens=domain.task_len,
+                 new_tokens=ANSWER_TOKENS, simulator_new_tokens=domain.task_len,
                  repeats=repeats, devices=jax.device_count(),
-                 mesh=bench.describe_mesh(mesh), backend=jax.default_backend())
+                 mesh=common.describe_mesh(mesh), backend=jax.default_backend())
 
   # Phases first (the whole step donates the state it is given).
-  env_sample, agent_sample, verify_curriculum, agent_update, env_update = (
+  simulator_sample, agent_sample, verify_curriculum, agent_update, simulator_update = (
       _phases(config, domain, players, mesh))
   key = jax.random.PRNGKey(1)
-  prompt, prompt_mask, env_out = env_sample(state)
-  fresh, agent_out = agent_sample(state.agent.params, env_out, key)
+  prompt, prompt_mask, simulator_out = simulator_sample(state)
+  fresh, agent_out = agent_sample(state.agent.params, simulator_out, key)
   rewards, cur = verify_curriculum(fresh, agent_out)
   calls = {
-      "env_sample": lambda: env_sample(state),
-      "agent_sample": lambda: agent_sample(state.agent.params, env_out, key),
+      "simulator_sample": lambda: simulator_sample(state),
+      "agent_sample": lambda: agent_sample(state.agent.params, simulator_out, key),
       "verify_curriculum": lambda: verify_curriculum(fresh, agent_out),
       "agent_update": lambda: agent_update(state.agent, fresh, agent_out,
                                            rewards, key),
-      "env_update": lambda: env_update(state.env, prompt, prompt_mask,
-                                       env_out, fresh, cur),
+      "simulator_update": lambda: simulator_update(state.simulator, prompt, prompt_mask,
+                                       simulator_out, fresh, cur),
   }
   for phase, call in calls.items():
     jax.block_until_ready(call())
     seconds = _median_seconds(call, repeats)
-    yield bench.make_record(
+    yield common.make_record(
         "step", size, "seconds", seconds,
         limit=limit(flops[phase]) if phase in flops else None, phase=phase,
         **details)
@@ -246,12 +246,12 @@ def run(size: str, repeats: int, peak_gflops: float,
     return jax.block_until_ready(metrics)
 
   sides = {"ours": one_step}
-  tunix_run = bench.tunix_side(tunix, **tunix_grpo_setup(config, domain,
+  tunix_run = common.tunix_side(tunix, **tunix_grpo_setup(config, domain,
                                                           players))
   if tunix_run is not None:
     sides["tunix"] = tunix_run
-  seconds = bench.time_alternately(sides, repeats)
-  yield bench.make_record(
+  seconds = common.time_alternately(sides, repeats)
+  yield common.make_record(
       "step", size, "seconds", seconds["ours"], tunix=seconds.get("tunix"),
       limit=limit(sum(flops.values())), phase="step",
       compiles=step.trace_count(), **details)

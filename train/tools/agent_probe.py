@@ -1,7 +1,7 @@
 """Trains the agent alone from a run's warm-started players, to measure how
 fast it can learn at all, apart from what the simulator gives it.
 
-  python -m train.agent_probe --config=configs/default.py --workdir=runs/default \
+  python -m train.tools.agent_probe --config=configs/default.py --workdir=runs/default \
       --method=grpo --levels=2 --steps=100 --learning_rate=1e-4
 
 Reads the step-0 checkpoint (the players after stage 1) and the seed data of
@@ -28,14 +28,14 @@ from ml_collections import config_flags
 import numpy as np
 
 from genenv_jax import coevolve
-from genenv_jax import dispatch
+from train import dispatch
 from genenv_jax import sharding
 from genenv_jax.sampling import sample
 from genenv_jax.tasks import get_domain
 from train import datasets
 from train import heldout
 from train import loop
-from train import run_checkpoints
+from train.tools import run_checkpoints
 from train import warmstart
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "The run's config.")

@@ -1,4 +1,4 @@
-"""Tunix side of `train.bench`: a worker process run by a Python that has
+"""Tunix side of `train.bench.compare`: a worker process run by a Python that has
 `google-tunix` installed (named by the TUNIX_PYTHON environment variable).
 
 It imports nothing from this repository. Requests arrive as JSON lines on

@@ -1,7 +1,7 @@
 """What the agent was trained on: the generated tasks in a checkpoint's agent
 pool D_train, per difficulty level and operand layout (arithmetic domain).
 
-  python -m train.pool_breakdown --config=configs/default.py --workdir=DIR \
+  python -m train.tools.pool_breakdown --config=configs/default.py --workdir=DIR \
       [--step=N]
 
 Reads D_train from checkpoint `--step` (default: the latest) and prints one
@@ -15,7 +15,7 @@ pool has room for, these are the latest ones):
   (0 < success < 1), which under the exact reward are the only rows whose
   GRPO advantages were nonzero.
 
-Read beside `train.agent_breakdown`: a level's held-out accuracy can only
+Read beside `train.tools.agent_breakdown`: a level's held-out accuracy can only
 follow the training tasks if they cover its layouts. The per-seed success rate
 (config.curriculum.per_seed) can meet α on average with a mix of tasks the
 agent always solves and tasks it almost never does; this shows that mix.
@@ -35,7 +35,7 @@ from genenv_jax import pool as pool_lib
 from genenv_jax.tasks import ArithmeticDomain, get_domain
 from train import datasets
 from train import loop
-from train import run_checkpoints
+from train.tools import run_checkpoints
 
 
 def generated_rows(config, workdir: str, pool: dict[str, np.ndarray]

@@ -1,13 +1,13 @@
 """Where a benchmarked program's time goes, op by op, from a `jax.profiler` trace.
 
-  python -m train.op_profile {sampler,train} [--size tiny] [--top 25]
+  python -m train.bench.op_profile {sampler,train} [--size tiny] [--top 25]
       [--repeats 3] [--markdown]
 
-Compiles the program `train.bench` times (sampler: batch 64, 32-token random
+Compiles the program `train.bench.compare` times (sampler: batch 64, 32-token random
 prompts, 32 new tokens at temperature 1; train: forward + backward of the
 next-token loss on 64 x 64 tokens) for a random model of the preset, on one
 CPU device (the benchmark runs on one device per core, each with its share
-of the rows or of the weights: `train.bench.mesh_shape`), runs it once to
+of the rows or of the weights: `train.bench.common.mesh_shape`), runs it once to
 warm up, then traces --repeats runs and attributes every traced
 event whose name is an instruction of the compiled HLO module (a fusion, a
 library call, a while loop, ...) to that instruction. One JSON line per
@@ -29,7 +29,7 @@ small training program the embedding's 132-GFLOP gradient records 0.5 ms.
 
 XLA:CPU records one trace event per executed instruction only when compiled
 with --xla_cpu_enable_xprof_traceme, which `main` adds to XLA_FLAGS before
-JAX starts (with the project's usual flags, `genenv_jax.cpu_flags`).
+JAX starts (with the project's usual flags, `train.cpu_flags`).
 """
 
 from __future__ import annotations
@@ -122,13 +122,13 @@ def markdown(rows: list[dict]) -> str:
 def _program(name: str, size: str, seed: int) -> tuple[Callable[[int], object],
                                                         str]:
   """(run(repeat) -> outputs, the compiled module's HLO text) for one of
-  PROGRAMS at the shapes `train.bench` times."""
+  PROGRAMS at the shapes `train.bench.compare` times."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from genenv_jax import sampling  # pylint: disable=g-import-not-at-top
   from models import config as model_config_lib  # pylint: disable=g-import-not-at-top
   from models import decoder  # pylint: disable=g-import-not-at-top
-  from train import bench  # pylint: disable=g-import-not-at-top
+  from train.bench import common as bench  # pylint: disable=g-import-not-at-top
   config = model_config_lib.get_preset(size)
   params = decoder.init_params(config, jax.random.key(seed))
   rng = np.random.default_rng(seed)
@@ -180,7 +180,7 @@ def profile(name: str, size: str, repeats: int, seed: int = 0) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-  parser = argparse.ArgumentParser(prog="python -m train.op_profile",
+  parser = argparse.ArgumentParser(prog="python -m train.bench.op_profile",
                                    description=__doc__.split("\n")[0])
   parser.add_argument("program", choices=PROGRAMS)
   parser.add_argument("--size", default="tiny",
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
   args = parser.parse_args(argv)
   if args.repeats < 1:
     raise SystemExit(f"--repeats={args.repeats} must be >= 1.")
-  from genenv_jax import cpu_flags  # pylint: disable=g-import-not-at-top
+  from train import cpu_flags  # pylint: disable=g-import-not-at-top
   cpu_flags.use_library_fusions()
   if TRACEME_FLAG.split("=")[0] not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += " " + TRACEME_FLAG
