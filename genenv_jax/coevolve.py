@@ -29,12 +29,12 @@ from genenv_jax import losses
 from genenv_jax import policy
 from genenv_jax import pool as pool_lib
 from genenv_jax import sharding
-from genenv_jax.sampling import SamplingConfig, sample
+from genenv_jax.sampling import SampleOutput, SamplingConfig, sample
 from genenv_jax.tasks.base import ParsedTasks, TaskDomain
 from models import decoder
 from models.config import ModelConfig
 
-ENV_UPDATES = ("rwr", "pg", "none")
+SIMULATOR_UPDATES = ("rwr", "pg", "none")
 GENERATIONS = ("online", "static")
 KEEP_GENERATED = ("all", "latest")
 SAMPLING_LAYOUTS = ("gathered", "training")
@@ -79,6 +79,49 @@ class AgentBatch(NamedTuple):
   advantages: jax.Array   # f32[N]
 
 
+class SimulatorBatch(NamedTuple):
+  """The simulator's update batch: its M = S·m generations, seed-major."""
+  prompt: jax.Array       # int32[M, Pe] the prompt each generation answered
+  prompt_mask: jax.Array  # bool[M, Pe]
+  task: jax.Array         # int32[M, L] what it wrote
+  task_mask: jax.Array    # bool[M, L]
+  old_logp: jax.Array     # f32[M, L] under the sampling simulator
+  ref_logp: jax.Array     # f32[M, L] under the initial simulator
+  valid: jax.Array        # bool[M] well-formed tasks
+  reward: jax.Array       # f32[M] R_env
+  weights: jax.Array      # f32[M] RWR weights (0 outside the band)
+
+
+class Generation(NamedTuple):
+  """Stages 1-2: what the simulator wrote this step.
+
+  Attributes:
+    seed_idx: int32[S] the D_train rows the seeds came from.
+    prompt: int32[M, Pe] the simulator's prompt of each generation (its seed's
+      prompt repeated for the m variations); prompt_mask bool[M, Pe].
+    out: the simulator's SampleOutput (tokens int32[M, L], logprobs, mask).
+    tasks: the M fresh ParsedTasks.
+  """
+  seed_idx: jax.Array
+  prompt: jax.Array
+  prompt_mask: jax.Array
+  out: SampleOutput
+  tasks: ParsedTasks
+
+
+class Attempts(NamedTuple):
+  """Stages 3-4: the agent's G attempts at each of T tasks, scored.
+
+  Attributes:
+    tasks: the T ParsedTasks attempted.
+    out: the agent's SampleOutput for the N = T·G attempts, grouped by task.
+    rewards: f32[T, G] the verifier's reward per attempt (response only).
+  """
+  tasks: ParsedTasks
+  out: SampleOutput
+  rewards: jax.Array
+
+
 def _concat_parsed(a: ParsedTasks, b: ParsedTasks) -> ParsedTasks:
   return jax.tree.map(lambda x, y: jnp.concatenate([x, y], axis=0), a, b)
 
@@ -88,29 +131,99 @@ def _masked_mean(x, mask):
   return jnp.sum(x * mask) / jnp.maximum(mask.sum(), 1.0)
 
 
-def grpo_batch(config, players: Players, agent: PlayerState,
-               tasks: ParsedTasks, agent_out, rewards: jax.Array) -> AgentBatch:
-  """The GRPO batch for T tasks' G attempts each.
+def _chunk_size(config) -> int:
+  return config.coevolve.get("logprob_chunk_size", policy.DEFAULT_CHUNK_SIZE)
 
-  Args:
-    tasks: ParsedTasks of the T tasks attempted (invalid ones are masked out).
-    agent_out: the sampler's SampleOutput for the N = T·G attempts, grouped by
-      task; its log-probs are the behaviour policy's (same params, same
-      temperature), so only the reference needs a forward pass.
-    rewards: f32[T, G] the verifier's reward per attempt.
+
+# ------------------------------------------------------------------- stages
+
+
+def write_tasks(config, domain: TaskDomain, players: Players,
+                state: CoevolveState, seed_key, sample_key) -> Generation:
+  """Stages 1-2: the simulator writes `variations` tasks per seed task, and
+  the domain parses them.
+
+  Online generation draws seeds from D_train with the agent's success on each
+  as the summary signal. Static generation draws them from the base data with
+  no signal, so with the simulator frozen, step t's tasks are a function of t
+  alone: batch t of one fixed dataset, whatever the agent does.
   """
-  attempts = rewards.shape[1]
-  repeat = lambda x: jnp.repeat(x, attempts, axis=0)
+  cc = config.coevolve
+  if cc.generation == "static":
+    seed_idx = pool_lib.sample_base_indices(state.pool, seed_key, cc.num_seeds)
+    seed_success = jnp.full((cc.num_seeds,), pool_lib.UNKNOWN_SUCCESS)
+  else:
+    seed_idx = pool_lib.sample_indices(state.pool, seed_key, cc.num_seeds,
+                                       cc.seed_trim)
+    seed_success = state.pool.success[seed_idx]
+  prompt, prompt_mask = domain.simulator_prompt(state.pool.tasks[seed_idx],
+                                                seed_success)
+  simulator_sampling, _ = sampling_configs(config, domain)
+  out = sample(players.simulator_model,
+               params_for_sampling(players.simulator_model,
+                                   state.simulator.params, cc.sampling_layout),
+               prompt, prompt_mask, sample_key, simulator_sampling,
+               cc.variations)
+  repeat = lambda x: jnp.repeat(x, cc.variations, axis=0)
+  return Generation(seed_idx, repeat(prompt), repeat(prompt_mask), out,
+                    domain.parse(out.tokens, out.mask))
+
+
+def replay_tasks(config, domain: TaskDomain, pool: pool_lib.TaskPool, key
+                 ) -> tuple[jax.Array, ParsedTasks]:
+  """Stage 3's replay: Q = config.pool.replay_tasks tasks drawn from D_train.
+  Returns (int32[Q] their pool rows, their ParsedTasks)."""
+  idx = pool_lib.sample_indices(pool, key, config.pool.replay_tasks)
+  rows = pool.tasks[idx]
+  return idx, domain.parse(rows, rows != domain.pad_id)
+
+
+def attempt(config, domain: TaskDomain, players: Players, agent: PlayerState,
+            tasks: ParsedTasks, key) -> Attempts:
+  """Stages 3-4: the agent attempts each task G times and the domain scores
+  each response (only the response) against the task's reference."""
+  cc = config.coevolve
+  _, agent_sampling = sampling_configs(config, domain)
+  out = sample(players.agent_model,
+               params_for_sampling(players.agent_model, agent.params,
+                                   cc.sampling_layout),
+               tasks.prompt, tasks.prompt_mask, key, agent_sampling,
+               cc.attempts)
+  repeat = lambda x: jnp.repeat(x, cc.attempts, axis=0)
+  rewards = domain.verify(out.tokens, out.mask, repeat(tasks.reference),
+                          repeat(tasks.reference_mask))
+  return Attempts(tasks, out, rewards.reshape(-1, cc.attempts))
+
+
+def curriculum_signals(config, fresh: ParsedTasks, rewards: jax.Array
+                       ) -> curriculum.CurriculumOutput:
+  """Stage 5: p̂, R_env, the band and the RWR weights of the M fresh tasks
+  from their rewards f32[M, G] (seed-major: row i is seed i // m)."""
+  num_fresh = fresh.valid.shape[0]
+  return curriculum.compute(
+      rewards, fresh.valid, config.curriculum,
+      jnp.arange(num_fresh) // config.coevolve.variations,
+      config.coevolve.num_seeds)
+
+
+def grpo_batch(config, players: Players, agent: PlayerState,
+               attempts: Attempts) -> AgentBatch:
+  """Stage 6's batch: GRPO advantages of every valid task's attempts, and the
+  reference's log-probs. The sampler's log-probs are the behaviour policy's
+  (same params, same temperature), so only the reference needs a forward
+  pass; invalid tasks are masked out."""
+  tasks, agent_out, rewards = attempts
+  group = rewards.shape[1]
+  repeat = lambda x: jnp.repeat(x, group, axis=0)
   advantages = losses.group_advantages(
-      rewards.reshape(-1), attempts, config.grpo.normalize_std,
+      rewards.reshape(-1), group, config.grpo.normalize_std,
       valid=tasks.valid)
   response_mask = agent_out.mask & repeat(tasks.valid)[:, None]
   prompt, prompt_mask = repeat(tasks.prompt), repeat(tasks.prompt_mask)
   ref_logp = jax.lax.stop_gradient(policy.response_logprobs(
       players.agent_model, agent.ref_params, prompt, prompt_mask,
       agent_out.tokens, response_mask, config.coevolve.agent_temperature,
-      config.coevolve.get("logprob_chunk_size", policy.DEFAULT_CHUNK_SIZE)
-      ).logp)
+      _chunk_size(config)).logp)
   old_logp = jnp.where(response_mask, agent_out.logprobs, 0.0)
   return AgentBatch(prompt, prompt_mask, agent_out.tokens, response_mask,
                     old_logp, ref_logp, advantages)
@@ -118,40 +231,39 @@ def grpo_batch(config, players: Players, agent: PlayerState,
 
 def agent_update(config, players: Players, agent: PlayerState,
                  batch: AgentBatch, rng):
-  """GRPO epochs x minibatches over one batch of attempts."""
+  """Stage 6: GRPO epochs x minibatches over one batch of attempts. Returns
+  (the updated agent, its metrics averaged over the minibatches)."""
   cc = config.coevolve
   n = batch.response.shape[0]
-  num_mb = cc.agent_minibatches
-  if n % num_mb:
-    raise ValueError(f"config.coevolve.agent_minibatches={num_mb} must divide "
-                     f"the {n} agent attempts per step.")
-  temperature = cc.agent_temperature
+  num_minibatches = cc.agent_minibatches
+  if n % num_minibatches:
+    raise ValueError(f"config.coevolve.agent_minibatches={num_minibatches} "
+                     f"must divide the {n} agent attempts per step.")
 
-  def loss_fn(params, mb: AgentBatch):
-    scores = policy.response_logprobs(players.agent_model, params, mb.prompt,
-                                      mb.prompt_mask, mb.response, mb.mask,
-                                      temperature, cc.get(
-                                          "logprob_chunk_size",
-                                          policy.DEFAULT_CHUNK_SIZE))
+  def loss_fn(params, minibatch: AgentBatch):
+    scores = policy.response_logprobs(
+        players.agent_model, params, minibatch.prompt, minibatch.prompt_mask,
+        minibatch.response, minibatch.mask, cc.agent_temperature,
+        _chunk_size(config))
     entropy = scores.entropy if config.grpo.entropy_coef else None
-    return losses.grpo_loss(scores.logp, mb.old_logp, mb.ref_logp, mb.mask,
-                            mb.advantages, config.grpo, entropy)
+    return losses.grpo_loss(scores.logp, minibatch.old_logp,
+                            minibatch.ref_logp, minibatch.mask,
+                            minibatch.advantages, config.grpo, entropy)
 
   def one_epoch(carry, epoch_rng):
-    params, opt_state = carry
-    perm = jax.random.permutation(epoch_rng, n).reshape(num_mb, n // num_mb)
+    perm = jax.random.permutation(epoch_rng, n).reshape(num_minibatches, -1)
 
     def one_minibatch(carry, idx):
       params, opt_state = carry
-      mb = jax.tree.map(lambda x: x[idx], batch)
+      minibatch = jax.tree.map(lambda x: x[idx], batch)
       (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-          params, mb)
+          params, minibatch)
       updates, opt_state = players.agent_opt.update(grads, opt_state, params)
       params = optax.apply_updates(params, updates)
       metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
       return (params, opt_state), metrics
 
-    return jax.lax.scan(one_minibatch, (params, opt_state), perm)
+    return jax.lax.scan(one_minibatch, carry, perm)
 
   (params, opt_state), metrics = jax.lax.scan(
       one_epoch, (agent.params, agent.opt_state),
@@ -160,64 +272,175 @@ def agent_update(config, players: Players, agent: PlayerState,
   return agent.replace(params=params, opt_state=opt_state), metrics
 
 
-def simulator_update(config, players: Players, simulator: PlayerState, prompt,
-                     prompt_mask, task, task_mask, old_logp, ref_logp, valid,
-                     reward, weights, num_seeds, variations):
-  """One simulator update on its M = num_seeds * variations generations.
+def simulator_batch(config, players: Players, simulator: PlayerState,
+                    generation: Generation,
+                    signals: curriculum.CurriculumOutput) -> SimulatorBatch:
+  """Stage 7's batch: the simulator's generations with the initial
+  simulator's log-probs and their curriculum reward and weights."""
+  out = generation.out
+  ref_logp = jax.lax.stop_gradient(policy.response_logprobs(
+      players.simulator_model, simulator.ref_params, generation.prompt,
+      generation.prompt_mask, out.tokens, out.mask,
+      config.coevolve.simulator_temperature, _chunk_size(config)).logp)
+  return SimulatorBatch(generation.prompt, generation.prompt_mask, out.tokens,
+                        out.mask, out.logprobs, ref_logp,
+                        generation.tasks.valid, signals.reward,
+                        signals.weights)
 
-  Args: prompt int32[M, Pe] + prompt_mask; task int32[M, L] (what it wrote) +
-  task_mask; old_logp, ref_logp f32[M, L] under the sampling and the initial
-  simulator; valid bool[M]; reward f32[M] (R_env); weights f32[M] (RWR,
-  zero outside the band). Rows are seed-major.
+
+def simulator_update(config, players: Players, simulator: PlayerState,
+                     batch: SimulatorBatch):
+  """Stage 7: one simulator update on its M = num_seeds * variations
+  generations. Returns (the updated simulator, its metrics).
 
   RWR: weighted max-likelihood of kept generations + KL to the initial
   simulator; PG: GRPO over each seed's variations with R_env as reward. Either
   way the update is scaled back so its KL (pre- vs post-update policy, on these
-  generations) stays within config.simulator_update.kl_cap. Batches with nothing to
-  learn from (no kept generation for RWR) leave the simulator unchanged.
+  generations) stays within config.simulator_update.kl_cap. Batches with
+  nothing to learn from (no kept generation for RWR) leave the simulator
+  unchanged.
   """
-  eu = config.simulator_update
-  temperature = config.coevolve.simulator_temperature
+  update_cfg = config.simulator_update
 
   def scores(params):
-    return policy.response_logprobs(players.simulator_model, params, prompt,
-                                    prompt_mask, task, task_mask, temperature,
-                                    config.coevolve.get(
-                                        "logprob_chunk_size",
-                                        policy.DEFAULT_CHUNK_SIZE))
+    return policy.response_logprobs(
+        players.simulator_model, params, batch.prompt, batch.prompt_mask,
+        batch.task, batch.task_mask, config.coevolve.simulator_temperature,
+        _chunk_size(config))
 
-  if eu.method == "rwr":
+  if update_cfg.method == "rwr":
     def loss_fn(params):
-      return losses.rwr_loss(scores(params).logp, ref_logp, task_mask,
-                             weights, eu.kl_coef, eu.kl_estimator)
-    learn = jnp.any(weights > 0)
+      return losses.rwr_loss(scores(params).logp, batch.ref_logp,
+                             batch.task_mask, batch.weights,
+                             update_cfg.kl_coef, update_cfg.kl_estimator)
+    learn = jnp.any(batch.weights > 0)
   else:  # "pg"
     pg_cfg = ml_collections.ConfigDict(config.grpo.to_dict())
-    pg_cfg.kl_coef, pg_cfg.kl_estimator = eu.kl_coef, eu.kl_estimator
+    pg_cfg.kl_coef = update_cfg.kl_coef
+    pg_cfg.kl_estimator = update_cfg.kl_estimator
 
     def loss_fn(params):
-      return losses.simulator_pg_loss(scores(params).logp, old_logp, ref_logp,
-                                task_mask, reward, num_seeds, variations,
-                                pg_cfg, valid)
-    learn = jnp.any(valid)
+      return losses.simulator_pg_loss(
+          scores(params).logp, batch.old_logp, batch.ref_logp,
+          batch.task_mask, batch.reward, config.coevolve.num_seeds,
+          config.coevolve.variations, pg_cfg, batch.valid)
+    learn = jnp.any(batch.valid)
 
   (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
       simulator.params)
-  updates, opt_state = players.simulator_opt.update(grads, simulator.opt_state,
-                                              simulator.params)
+  updates, opt_state = players.simulator_opt.update(
+      grads, simulator.opt_state, simulator.params)
   candidate = optax.apply_updates(simulator.params, updates)
-  step_mask = task_mask & valid[:, None]
+  step_mask = batch.task_mask & batch.valid[:, None]
   step_kl = _masked_mean(
-      losses.kl_estimate(old_logp, scores(candidate).logp, "k3"), step_mask)
-  scale = losses.kl_cap_scale(step_kl, eu.kl_cap)
+      losses.kl_estimate(batch.old_logp, scores(candidate).logp, "k3"),
+      step_mask)
+  scale = losses.kl_cap_scale(step_kl, update_cfg.kl_cap)
   params = losses.scale_update(simulator.params, candidate, scale)
-  params = jax.tree.map(lambda new, old: jnp.where(learn, new, old), params,
-                        simulator.params)
-  opt_state = jax.tree.map(lambda new, old: jnp.where(learn, new, old),
-                           opt_state, simulator.opt_state)
+  keep_old = lambda new, old: jnp.where(learn, new, old)
+  params = jax.tree.map(keep_old, params, simulator.params)
+  opt_state = jax.tree.map(keep_old, opt_state, simulator.opt_state)
   metrics = dict(metrics, loss=loss, update_kl=step_kl * scale**2,
                  kl_scale=scale, updated=learn.astype(jnp.float32))
   return simulator.replace(params=params, opt_state=opt_state), metrics
+
+
+def update_pools(config, state: CoevolveState, generation: Generation,
+                 attempts: Attempts, replay_idx: jax.Array | None,
+                 signals: curriculum.CurriculumOutput
+                 ) -> tuple[pool_lib.TaskPool, pool_lib.GenerationPool]:
+  """Stage 8's pools: valid fresh tasks (with the agent's success on each)
+  into D_train, replayed tasks' success recorded, kept generations into
+  D_env."""
+  fresh = generation.tasks
+  num_fresh = fresh.valid.shape[0]
+  task_success = curriculum.success_rate(
+      attempts.rewards, attempts.tasks.valid,
+      threshold=config.curriculum.success_threshold)
+  pool = state.pool
+  if replay_idx is not None:
+    pool = pool_lib.record_success(pool, replay_idx, task_success[num_fresh:],
+                                   attempts.tasks.valid[num_fresh:])
+  if config.pool.keep_generated == "latest":
+    pool = pool_lib.drop_generated(pool)
+  pool = pool_lib.add_tasks(pool, fresh.task, fresh.difficulty, fresh.valid,
+                            task_success[:num_fresh])
+  out = generation.out
+  generation_pool = pool_lib.add_generations(
+      state.generation_pool, generation.prompt, generation.prompt_mask,
+      out.tokens, out.mask, signals.reward, signals.keep)
+  return pool, generation_pool
+
+
+# ------------------------------------------------------------------ metrics
+
+
+def ratio(total, count) -> jax.Array:
+  """A metric as f32[2] (sum, count): windows add both and divide once."""
+  return jnp.stack([jnp.asarray(total, jnp.float32),
+                    jnp.asarray(count, jnp.float32)])
+
+
+def masked_ratio(x, mask) -> jax.Array:
+  """(sum of x where mask, number of such entries) as a `ratio`."""
+  mask = mask.astype(jnp.float32)
+  return ratio(jnp.sum(x * mask), mask.sum())
+
+
+def per_step(x) -> jax.Array:
+  """A per-step scalar as a `ratio` that averages over the window's steps."""
+  return ratio(x, 1.0)
+
+
+def metric_values(metrics: dict) -> dict:
+  """{name: sum / count} of one step's metrics (0 where count is 0)."""
+  return {name: value[0] / jnp.maximum(value[1], 1e-30) * (value[1] > 0)
+          for name, value in metrics.items()}
+
+
+def step_metrics(domain: TaskDomain, state: CoevolveState,
+                 generation: Generation, attempts: Attempts,
+                 signals: curriculum.CurriculumOutput, agent_metrics: dict,
+                 simulator_kl: jax.Array, simulator_metrics: dict) -> dict:
+  """Stage 8's metrics, each a `ratio` (sum, count) so that a log window's
+  mean is exact: sum of sums over sum of counts. Names are stable."""
+  fresh = generation.tasks
+  num_fresh = fresh.valid.shape[0]
+  rewards = attempts.rewards
+  group = rewards.shape[1]
+  fresh_rewards = rewards[:num_fresh]
+  attempt_valid = jnp.repeat(attempts.tasks.valid, group)
+  valid_f = fresh.valid.astype(jnp.float32)
+  metrics = {
+      "env/success_rate": masked_ratio(signals.p_hat, fresh.valid),
+      "env/in_band_frac": ratio(signals.keep.sum(), valid_f.sum()),
+      "env/valid_frac": ratio(valid_f.sum(), num_fresh),
+      "env/invalid_count": per_step(num_fresh - valid_f.sum()),
+      "env/difficulty_mean": masked_ratio(fresh.difficulty, fresh.valid),
+      "env/reward_mean": masked_ratio(signals.reward, fresh.valid),
+      "env/kl": simulator_kl,
+      "agent/reward_mean": masked_ratio(rewards.reshape(-1), attempt_valid),
+      "agent/fresh_reward_mean": masked_ratio(
+          fresh_rewards.reshape(-1), jnp.repeat(fresh.valid, group)),
+      # Generated tasks whose attempts disagree: the only ones whose
+      # group-relative advantages are nonzero, i.e. that teach the agent.
+      "env/informative_frac": masked_ratio(
+          fresh_rewards.max(axis=1) > fresh_rewards.min(axis=1), fresh.valid),
+      "agent/response_len": masked_ratio(attempts.out.lengths, attempt_valid),
+      "pool/size": per_step(state.pool.size),
+      "pool/env_size": per_step(state.generation_pool.size),
+  }
+  for name in ("kl", "loss", "clip_frac", "grad_norm"):
+    metrics[f"agent/{name}"] = per_step(agent_metrics[name])
+  for level in range(1, domain.max_difficulty + 1):
+    metrics[f"env/difficulty_frac_d{level}"] = masked_ratio(
+        fresh.difficulty == level, fresh.valid)
+  for name, value in simulator_metrics.items():
+    metrics[f"env_update/{name}"] = per_step(value)
+  return metrics
+
+
+# --------------------------------------------------------------------- step
 
 
 @functools.lru_cache(maxsize=16)
@@ -251,23 +474,26 @@ def sampling_configs(config, domain: TaskDomain
 
 def make_step(config, domain: TaskDomain, players: Players
               ) -> Callable[[CoevolveState], tuple[CoevolveState, dict]]:
-  """Builds the pure co-evolution step `state -> (state, metrics)`.
+  """Builds the pure co-evolution step `state -> (state, metrics)`: the
+  stages above, chained. Metrics are `ratio`s (f32[2] sum, count).
 
   `config` is the run's ConfigDict (fields coevolve, curriculum, grpo,
-  simulator_update, pool); all of it is static.
+  simulator_update, pool); all of it is static. Its values are checked by
+  the driver before anything compiles.
   """
   cc = config.coevolve
-  if config.simulator_update.method not in ENV_UPDATES:
-    raise ValueError(f"config.simulator_update.method={config.simulator_update.method!r};"
-                     f" expected one of {ENV_UPDATES}.")
+  if config.simulator_update.method not in SIMULATOR_UPDATES:
+    raise ValueError(
+        f"config.simulator_update.method={config.simulator_update.method!r}; "
+        f"expected one of {SIMULATOR_UPDATES}.")
   if cc.generation not in GENERATIONS:
     raise ValueError(f"config.coevolve.generation={cc.generation!r}; expected "
                      f"one of {GENERATIONS}.")
   if cc.generation == "static" and config.simulator_update.method != "none":
     raise ValueError(
         "config.coevolve.generation='static' takes its tasks from the frozen "
-        "warm-started simulator; it needs config.simulator_update.method='none', "
-        f"not {config.simulator_update.method!r}.")
+        "warm-started simulator; it needs config.simulator_update.method="
+        f"'none', not {config.simulator_update.method!r}.")
   if not 0.0 <= cc.seed_trim < 0.5:
     raise ValueError(f"config.coevolve.seed_trim={cc.seed_trim} must lie in "
                      "[0, 0.5).")
@@ -278,142 +504,48 @@ def make_step(config, domain: TaskDomain, players: Players
   if cc.sampling_layout not in SAMPLING_LAYOUTS:
     raise ValueError(f"config.coevolve.sampling_layout={cc.sampling_layout!r};"
                      f" expected one of {SAMPLING_LAYOUTS}.")
-  static = cc.generation == "static"
-
-  def for_sampling(model, params):
-    return params_for_sampling(model, params, cc.sampling_layout)
-
-  num_seeds, variations, attempts = cc.num_seeds, cc.variations, cc.attempts
   num_replay = config.pool.replay_tasks
-  simulator_sampling, agent_sampling = sampling_configs(config, domain)
+  frozen = config.simulator_update.method == "none"
 
   def step(state: CoevolveState) -> tuple[CoevolveState, dict]:
     keys = jax.random.split(jax.random.fold_in(state.rng, state.step), 6)
     seed_key, simulator_key, replay_key, agent_key, update_key, _ = keys
 
-    # 1. The simulator writes `variations` tasks per seed task. Static
-    # generation: seeds from the base data only and no summary signal, so with
-    # the simulator frozen, step t's tasks are a function of t alone: batch t
-    # of one fixed dataset, whatever the agent does.
-    if static:
-      seed_idx = pool_lib.sample_base_indices(state.pool, seed_key, num_seeds)
-      seed_success = jnp.full((num_seeds,), pool_lib.UNKNOWN_SUCCESS)
-    else:
-      seed_idx = pool_lib.sample_indices(state.pool, seed_key, num_seeds,
-                                         cc.seed_trim)
-      seed_success = state.pool.success[seed_idx]
-    simulator_prompt, simulator_prompt_mask = domain.simulator_prompt(
-        state.pool.tasks[seed_idx], seed_success)
-    simulator_out = sample(players.simulator_model,
-                     for_sampling(players.simulator_model, state.simulator.params),
-                     simulator_prompt, simulator_prompt_mask, simulator_key, simulator_sampling,
-                     variations)
-    # 2. Parse what it wrote.
-    fresh = domain.parse(simulator_out.tokens, simulator_out.mask)
-    num_fresh = fresh.valid.shape[0]
-
-    # 3. The agent attempts fresh tasks and tasks replayed from D_train.
+    # 1-2. The simulator writes tasks; the domain parses them.
+    generation = write_tasks(config, domain, players, state, seed_key,
+                             simulator_key)
+    fresh = generation.tasks
+    # 3-4. The agent attempts fresh and replayed tasks; responses are scored.
+    replay_idx, tasks = None, fresh
     if num_replay:
-      replay_idx = pool_lib.sample_indices(state.pool, replay_key, num_replay)
-      replay_rows = state.pool.tasks[replay_idx]
-      replay = domain.parse(replay_rows, replay_rows != domain.pad_id)
+      replay_idx, replay = replay_tasks(config, domain, state.pool, replay_key)
       tasks = _concat_parsed(fresh, replay)
-    else:
-      tasks = fresh
-    agent_out = sample(players.agent_model,
-                       for_sampling(players.agent_model, state.agent.params),
-                       tasks.prompt, tasks.prompt_mask, agent_key,
-                       agent_sampling, attempts)
-
-    # 4. Verify the responses (only the responses) against the references.
-    repeat = lambda x: jnp.repeat(x, attempts, axis=0)
-    rewards = domain.verify(agent_out.tokens, agent_out.mask,
-                            repeat(tasks.reference),
-                            repeat(tasks.reference_mask))
-    rewards = rewards.reshape(-1, attempts)  # [T, G]
-
+    attempts = attempt(config, domain, players, state.agent, tasks, agent_key)
     # 5. Curriculum signals on the fresh tasks.
-    cur = curriculum.compute(rewards[:num_fresh], fresh.valid,
-                             config.curriculum,
-                             jnp.arange(num_fresh) // variations, num_seeds)
-
+    signals = curriculum_signals(config, fresh,
+                                 attempts.rewards[:fresh.valid.shape[0]])
     # 6. Agent: GRPO on every valid task's attempts.
-    attempt_valid = repeat(tasks.valid)
-    batch = grpo_batch(config, players, state.agent, tasks, agent_out, rewards)
-    agent, agent_metrics = agent_update(config, players, state.agent, batch,
-                                        update_key)
-
-    # 7. Simulator update, from its own and its initial model's log-probs.
-    gen_prompt = jnp.repeat(simulator_prompt, variations, axis=0)
-    gen_prompt_mask = jnp.repeat(simulator_prompt_mask, variations, axis=0)
-    simulator_old_logp = simulator_out.logprobs
-    simulator_ref_logp = jax.lax.stop_gradient(policy.response_logprobs(
-        players.simulator_model, state.simulator.ref_params, gen_prompt, gen_prompt_mask,
-        simulator_out.tokens, simulator_out.mask, cc.simulator_temperature,
-        cc.get("logprob_chunk_size", policy.DEFAULT_CHUNK_SIZE)).logp)
-    simulator_kl = _masked_mean(
-        losses.kl_estimate(simulator_old_logp, simulator_ref_logp, "k3"),
-        simulator_out.mask & fresh.valid[:, None])
-    if config.simulator_update.method == "none":
+    agent, agent_metrics = agent_update(
+        config, players, state.agent,
+        grpo_batch(config, players, state.agent, attempts), update_key)
+    # 7. Simulator: RWR or PG from its own and its initial model's log-probs.
+    batch = simulator_batch(config, players, state.simulator, generation,
+                            signals)
+    simulator_kl = masked_ratio(
+        losses.kl_estimate(batch.old_logp, batch.ref_logp, "k3"),
+        batch.task_mask & batch.valid[:, None])
+    if frozen:
       simulator, simulator_metrics = state.simulator, {}
     else:
       simulator, simulator_metrics = simulator_update(
-          config, players, state.simulator, gen_prompt, gen_prompt_mask,
-          simulator_out.tokens, simulator_out.mask, simulator_old_logp, simulator_ref_logp,
-          fresh.valid, cur.reward, cur.weights, num_seeds, variations)
-
-    # 8. Pools (with the agent's success rate on each task attempted) and
-    # metrics.
-    task_success = curriculum.success_rate(
-        rewards, tasks.valid, threshold=config.curriculum.success_threshold)
-    new_pool = state.pool
-    if num_replay:
-      new_pool = pool_lib.record_success(new_pool, replay_idx,
-                                         task_success[num_fresh:],
-                                         tasks.valid[num_fresh:])
-    if config.pool.keep_generated == "latest":
-      new_pool = pool_lib.drop_generated(new_pool)
-    new_pool = pool_lib.add_tasks(new_pool, fresh.task, fresh.difficulty,
-                                  fresh.valid, task_success[:num_fresh])
-    new_generation_pool = pool_lib.add_generations(
-        state.generation_pool, gen_prompt, gen_prompt_mask, simulator_out.tokens,
-        simulator_out.mask, cur.reward, cur.keep)
-
-    valid_f = fresh.valid.astype(jnp.float32)
-    num_valid = valid_f.sum()
-    metrics = {
-        "env/success_rate": _masked_mean(cur.p_hat, fresh.valid),
-        "env/in_band_frac": cur.keep.sum() / jnp.maximum(num_valid, 1.0),
-        "env/valid_frac": num_valid / num_fresh,
-        "env/invalid_count": num_fresh - num_valid,
-        "env/difficulty_mean": _masked_mean(fresh.difficulty, fresh.valid),
-        "env/reward_mean": _masked_mean(cur.reward, fresh.valid),
-        "env/kl": simulator_kl,
-        "agent/reward_mean": _masked_mean(rewards.reshape(-1), attempt_valid),
-        "agent/fresh_reward_mean": _masked_mean(
-            rewards[:num_fresh].reshape(-1), repeat(fresh.valid)),
-        # Generated tasks whose attempts disagree: the only ones whose
-        # group-relative advantages are nonzero, i.e. that teach the agent.
-        "env/informative_frac": _masked_mean(
-            rewards[:num_fresh].max(axis=1) > rewards[:num_fresh].min(axis=1),
-            fresh.valid),
-        "agent/kl": agent_metrics["kl"],
-        "agent/loss": agent_metrics["loss"],
-        "agent/clip_frac": agent_metrics["clip_frac"],
-        "agent/grad_norm": agent_metrics["grad_norm"],
-        "agent/response_len": _masked_mean(agent_out.lengths, attempt_valid),
-        "pool/size": state.pool.size,
-        "pool/env_size": state.generation_pool.size,
-    }
-    for level in range(1, domain.max_difficulty + 1):
-      metrics[f"env/difficulty_frac_d{level}"] = _masked_mean(
-          fresh.difficulty == level, fresh.valid)
-    for name, value in simulator_metrics.items():
-      metrics[f"env_update/{name}"] = value
-    metrics = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), metrics)
-
-    new_state = CoevolveState(agent=agent, simulator=simulator, pool=new_pool,
-                              generation_pool=new_generation_pool, rng=state.rng,
+          config, players, state.simulator, batch)
+    # 8. Pools and metrics.
+    pool, generation_pool = update_pools(config, state, generation, attempts,
+                                         replay_idx, signals)
+    metrics = step_metrics(domain, state, generation, attempts, signals,
+                           agent_metrics, simulator_kl, simulator_metrics)
+    new_state = CoevolveState(agent=agent, simulator=simulator, pool=pool,
+                              generation_pool=generation_pool, rng=state.rng,
                               step=state.step + 1)
     return new_state, metrics
 

@@ -8,11 +8,12 @@ from genenv_jax import sharding
 
 def run_steps(config, domain, players, state, shardings, mesh, num_steps):
   """num_steps steps of config's step from `state`. Returns (final state,
-  the metrics of each step on the host, how often the step was traced)."""
+  the metrics of each step on the host as {name: sum / count}, how often the
+  step was traced)."""
   step = coevolve.jit_step(coevolve.make_step(config, domain, players),
                            shardings, mesh, sharding.DEFAULT_RULES)
   history = []
   for _ in range(num_steps):
     state, metrics = step.fn(state)
-    history.append(jax.device_get(metrics))
+    history.append(jax.device_get(coevolve.metric_values(metrics)))
   return state, history, step.trace_count()

@@ -29,18 +29,22 @@ def test_writer_rewrites_whole_file_and_reopens(tmp_path):
       {"step": 1, "a": 1.0, "b": 2.0}, {"step": 2, "a": 3.0}]
 
 
-def test_window_logs_means_of_its_steps_and_latest_gauges():
+def test_window_divides_summed_sums_by_summed_counts_and_keeps_latest_gauges():
+  ratio = lambda total, count: jnp.array([total, count], jnp.float32)
   window = metrics_log.StepMetricsWindow()
-  for success, size in ((0.2, 10), (0.5, 20), (0.8, 30)):
-    window.add({"env/success_rate": jnp.float32(success),
-                "pool/size": jnp.int32(size)})
+  # Success sums and valid-task counts of three steps: 1/5, 6/10, 0/0.
+  for (total, count), size in (((1.0, 5), 10), ((6.0, 10), 20),
+                               ((0.0, 0), 30)):
+    window.add({"env/success_rate": ratio(total, count),
+                "pool/size": ratio(size, 1)})
   assert len(window) == 3
   logged = window.mean()
-  assert logged["env/success_rate"] == pytest.approx(0.5)
+  # Exact: 7 successes in 15 tasks, not the mean of the per-step means (0.4).
+  assert logged["env/success_rate"] == pytest.approx(7 / 15)
   assert logged["pool/size"] == 30
   assert len(window) == 0  # the next window starts empty
-  window.add({"env/success_rate": jnp.float32(1.0), "pool/size": jnp.int32(7)})
-  assert window.mean() == {"env/success_rate": 1.0, "pool/size": 7}
+  window.add({"env/success_rate": ratio(0.0, 0), "pool/size": ratio(7, 1)})
+  assert window.mean() == {"env/success_rate": 0.0, "pool/size": 7}
   with pytest.raises(ValueError, match="no step was added"):
     window.mean()
 

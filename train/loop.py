@@ -39,6 +39,7 @@ from train import datasets
 from train import heldout
 from train import init_from as init_from_lib
 from train import metrics_log
+from train import progress
 from train import run_report
 from train import text_datasets
 from train import warmstart
@@ -228,6 +229,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     (workdir_path(workdir) / "config.json").write_text(
         config.to_json_best_effort(indent=2))
 
+  progress.say("Preparing the seed data.")
   train, test = _seed_data(config, domain, workdir)
   base = base_row_indices(config, train["difficulty"])
 
@@ -248,7 +250,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   latest = ckpt.latest_step()
   init_from = config.warmstart.init_from
   if latest is None and not init_from:
-    logging.info("Stage 1: warm-starting both players.")
+    progress.say("Stage 1: warm-starting both players.")
     agent_params, simulator_params, ws_metrics = warmstart.warmstart(
         config, domain, players.agent_model, players.simulator_model, agent_params,
         simulator_params, train["task"], train["difficulty"], mesh, rules)
@@ -260,11 +262,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
       state, shardings)
   if latest is None:
     if init_from:
-      logging.info("Stage 1: the warm-started players of %s.", init_from)
+      progress.say(f"Stage 1: the warm-started players of {init_from}.")
       state, step0_metrics = init_from_lib.restore_step0(
           config, target, workdir_path(init_from))
       step0_answers = evaluate.correct(state.agent.params)
     else:
+      progress.say("Stage 1: held-out evaluation of the warm-started agent.")
       eval_metrics, step0_answers = evaluate.metrics_and_answers(
           state.agent.params)
       step0_metrics = dict(ws_metrics, **eval_metrics)
@@ -274,7 +277,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     ckpt.save(0, args=ocp.args.StandardSave(state))
     ckpt.wait_until_finished()
   else:
-    logging.info("Resuming from checkpoint at step %d.", latest)
+    progress.say(f"Resuming from checkpoint at step {latest}.")
     state = ckpt.restore(latest, args=ocp.args.StandardRestore(target))
     step0_answers = _load_step0_answers(workdir)
     if chief:
@@ -291,9 +294,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
     hooks.append(periodic_actions.Profile(
         num_profile_steps=3, logdir=workdir,
         first_profile=config.profile_first_step, every_secs=None))
-  logging.info("Stage 2: co-evolution, steps %d..%d.", first + 1, num_steps)
+  progress.say(f"Stage 2: co-evolution, steps {first + 1}..{num_steps}.")
   window = dispatch.DispatchWindow()
   step_metrics = metrics_log.StepMetricsWindow()
+  reporter = progress.Progress("stage 2:", num_steps)
   for step in range(first + 1, num_steps + 1):
     log_now = step % config.log_every == 0 or step == num_steps
     if log_now:  # time this step alone, not the steps still queued before it
@@ -308,17 +312,18 @@ def train_and_evaluate(config, workdir: str) -> dict:
         metrics["perf/step_time_s"] = time.perf_counter() - tick
         metrics["perf/compiles"] = step_fn.trace_count()
         writer.write_scalars(step, metrics)
-        print(f"step {step}/{num_steps}  success {metrics['env/success_rate']:.2f}"
-              f"  difficulty {metrics['env/difficulty_mean']:.2f}"
-              f"  valid {metrics['env/valid_frac']:.2f}"
-              f"  agent reward {metrics['agent/reward_mean']:.2f}", flush=True)
+        summary_line = (f"success {metrics['env/success_rate']:.2f}  "
+                        f"difficulty {metrics['env/difficulty_mean']:.2f}  "
+                        f"valid {metrics['env/valid_frac']:.2f}  "
+                        f"agent reward {metrics['agent/reward_mean']:.2f}")
+    reporter.update(step, summary_line if log_now else "")
     for hook in hooks:
       hook(step)
     if step % config.eval.every_steps == 0 or step == num_steps:
       eval_metrics = evaluate(state.agent.params, step0_answers)
       writer.write_scalars(step, eval_metrics)
-      print(f"step {step}: held-out accuracy {eval_metrics['eval/accuracy']:.3f}"
-            , flush=True)
+      progress.say(f"stage 2: step {step}  held-out accuracy "
+                   f"{eval_metrics['eval/accuracy']:.3f}")
     if step % config.checkpoint_every == 0 or step == num_steps:
       ckpt.save(step, args=ocp.args.StandardSave(state))
   ckpt.wait_until_finished()

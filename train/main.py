@@ -34,6 +34,10 @@ flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and "
 flags.DEFINE_enum("distributed", "auto", ["auto", "true", "false"],
                   "Initialise multi-host JAX: true, false, or auto (when the "
                   "environment names several hosts or a coordinator).")
+flags.DEFINE_bool("library_logs", False, "Show the INFO logs of the libraries "
+                  "(orbax, tensorflow-datasets, TensorFlow, JAX) and the "
+                  "driver's own; off, the console shows progress lines and "
+                  "warnings.")
 flags.mark_flags_as_required(["workdir"])
 
 # Variables holding a comma-separated list of the job's hosts.
@@ -71,10 +75,20 @@ def maybe_initialize_distributed(
   return False
 
 
+def quiet_library_logs() -> None:
+  """Warnings and errors only, from Python loggers (absl's verbosity sets the
+  root logger's level) and from TensorFlow's C++ start-up (read when
+  TensorFlow is first imported, so call this before)."""
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  logging.set_verbosity(logging.WARNING)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   cpu_flags.use_project_settings()  # before JAX initialises a backend
+  if not FLAGS.library_logs:
+    quiet_library_logs()
   maybe_initialize_distributed(FLAGS.distributed)
   # Imported here: the driver pulls in TensorFlow (through clu), which this
   # module's flags and multi-host set-up do not need.

@@ -30,12 +30,13 @@ def _add(total, metrics):
 
 
 class StepMetricsWindow:
-  """The mean of each step metric over the steps since the last log.
+  """The exact mean of each step metric over the steps since the last log.
 
-  Each step's metrics (a dict of scalar device arrays) are summed on the
-  device, so the host does not wait for a step to finish to record it; `mean`
-  fetches the sums once per log. Names starting with a GAUGE_PREFIXES entry
-  keep the value of the latest step instead.
+  Each step's metrics are `coevolve.ratio`s, f32[2] (sum, count) device
+  arrays; the window adds them on the device, so the host does not wait for a
+  step to finish to record it, and `mean` fetches the totals once per log and
+  divides once: sum of sums over sum of counts. Names starting with a
+  GAUGE_PREFIXES entry keep the latest step's value instead.
   """
 
   def __init__(self):
@@ -57,14 +58,18 @@ class StepMetricsWindow:
     return self._count
 
   def mean(self) -> dict[str, float]:
-    """{name: mean over the window (latest value for gauges)}; empties it."""
+    """{name: window mean (latest value for gauges)}; empties the window.
+    A metric whose count is 0 over the whole window (e.g. a success rate
+    with no valid task) logs 0."""
     if not self._count:
       raise ValueError("StepMetricsWindow.mean: no step was added since the "
                        "last log.")
     total, latest = jax.device_get((self._total, self._latest))
-    out = {name: (float(latest[name]) if name.startswith(GAUGE_PREFIXES)
-                  else float(value) / self._count)
-           for name, value in total.items()}
+    out = {}
+    for name, value in total.items():
+      numerator, count = (latest if name.startswith(GAUGE_PREFIXES)
+                          else total)[name]
+      out[name] = float(numerator) / float(count) if count else 0.0
     self._reset()
     return out
 

@@ -15,11 +15,12 @@ import jax
 import numpy as np
 import optax
 
-from train import dispatch
 from genenv_jax import policy
 from genenv_jax import sharding
 from genenv_jax.tasks.base import TaskDomain
 from models.config import ModelConfig
+from train import dispatch
+from train import progress
 
 
 class SupervisedData(NamedTuple):
@@ -87,8 +88,10 @@ def simulator_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
 
 def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
                      *, steps: int, batch_size: int, learning_rate: float,
-                     seed: int, mesh, rules) -> tuple[object, list[float]]:
-  """AdamW on the token NLL of data.target; returns (params, losses per step)."""
+                     seed: int, mesh, rules, label: str = ""
+                     ) -> tuple[object, list[float]]:
+  """AdamW on the token NLL of data.target; returns (params, losses per step).
+  With a `label`, prints progress lines (`train.progress`) under it."""
   if steps <= 0:
     return params, []
   schedule = optax.warmup_cosine_decay_schedule(
@@ -108,12 +111,15 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
   n = len(data.prompt)
   loss_history = []
   window = dispatch.DispatchWindow()
-  for _ in range(steps):
+  reporter = progress.Progress(label, steps) if label else None
+  for step in range(1, steps + 1):
     idx = rng.integers(0, n, batch_size)
     batch = sharding.shard_batch(tuple(x[idx] for x in data), mesh, rules)
     params, opt_state, loss = update(params, opt_state, batch)
     loss_history.append(loss)
     window.push(loss)
+    if reporter:
+      reporter.update(step)
   return params, [float(x) for x in jax.device_get(loss_history)]
 
 
@@ -122,7 +128,7 @@ def warmstart(config, domain: TaskDomain, agent_model: ModelConfig,
               rows: np.ndarray, difficulty: np.ndarray, mesh, rules):
   """Runs stage 1 for both players. Returns (agent params, simulator params, metrics)."""
   ws = config.warmstart
-  common = dict(batch_size=ws.batch_size, learning_rate=ws.learning_rate,
+  shared = dict(batch_size=ws.batch_size, learning_rate=ws.learning_rate,
                 mesh=mesh, rules=rules)
   rng = np.random.default_rng(config.seed + 1)
   num_examples = max(max(ws.agent_steps, ws.simulator_steps) * ws.batch_size, 1)
@@ -132,13 +138,14 @@ def warmstart(config, domain: TaskDomain, agent_model: ModelConfig,
         agent_model, agent_params,
         agent_data(domain, rows, difficulty, ws.agent_level_weights, rng,
                    num_examples),
-        steps=ws.agent_steps, seed=config.seed, **common)
+        steps=ws.agent_steps, seed=config.seed, label="stage 1: agent", **shared)
   if ws.simulator_steps > 0:
     simulator_params, simulator_losses = train_supervised(
         simulator_model, simulator_params,
         simulator_data(domain, rows, difficulty, rng, num_examples,
                  ws.simulator_difficulty_step),
-        steps=ws.simulator_steps, seed=config.seed + 2, **common)
+        steps=ws.simulator_steps, seed=config.seed + 2,
+        label="stage 1: simulator", **shared)
   metrics = {}
   if agent_losses:
     metrics["warmstart/agent_loss"] = float(np.mean(agent_losses[-20:]))

@@ -21,9 +21,11 @@ Records (metric "seconds", ratios "> 1 = we are faster"):
     (the "grpo" bench of `train/bench/tunix_side.py`). It is only the agent's half
     of our step: the simulator's sampling and update have no counterpart
     there. The two are timed alternately;
-  phases "simulator_sample", "agent_sample", "verify_curriculum", "agent_update",
-    "simulator_update": the step's stages, each compiled on its own (they follow
-    `coevolve.make_step`; pools and metrics are left out).
+  phases "write_tasks" (the simulator samples, the domain parses),
+    "attempt" (the agent samples, the domain verifies), "curriculum",
+    "agent_update" (the GRPO batch's reference pass and the update),
+    "simulator_update" (likewise): the stage functions `coevolve.make_step`
+    chains, each compiled on its own (replay, pools and metrics left out).
 limit: the phase's FLOPs (`forward_flops_per_token` per token forward, 3x
 that per token trained) at the measured peak.
 """
@@ -31,23 +33,17 @@ that per token trained) at the measured peak.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import statistics
 import time
 from typing import Iterator
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from configs import default
 from genenv_jax import coevolve
-from genenv_jax import curriculum
-from genenv_jax import policy
-from genenv_jax import pool as pool_lib
 from genenv_jax import sharding
-from genenv_jax.sampling import sample
 from genenv_jax.tasks.arithmetic import ArithmeticDomain
 from models.config import get_preset
 from train.bench import common
@@ -109,7 +105,7 @@ def _median_seconds(fn, repeats: int) -> float:
 
 def _phase_flops(config, domain, players) -> dict[str, float]:
   """FLOPs of each phase (see the module doc)."""
-  agent, env = players.agent_model, players.simulator_model
+  agent, simulator = players.agent_model, players.simulator_model
   cc = config.coevolve
   tasks = cc.num_seeds * cc.variations
   attempts = tasks * cc.attempts
@@ -119,10 +115,10 @@ def _phase_flops(config, domain, players) -> dict[str, float]:
   simulator_tokens = tasks * (pe + length)
   agent_tokens = attempts * (p + r)
   return {
-      "simulator_sample": (cc.num_seeds * pe * fwd(env, common.causal_context(pe))
+      "write_tasks": (cc.num_seeds * pe * fwd(simulator, common.causal_context(pe))
                      + tasks * length
-                     * fwd(env, common.sampler_context(pe, length))),
-      "agent_sample": (tasks * p * fwd(agent, common.causal_context(p))
+                     * fwd(simulator, common.sampler_context(pe, length))),
+      "attempt": (tasks * p * fwd(agent, common.causal_context(p))
                        + attempts * r * fwd(agent, common.sampler_context(p, r))),
       # Reference log-probs, then one epoch of forward + backward.
       "agent_update": agent_tokens * (
@@ -130,59 +126,35 @@ def _phase_flops(config, domain, players) -> dict[str, float]:
           + cc.agent_epochs * train(agent, common.causal_context(p + r))),
       # Reference log-probs, forward + backward, the KL-cap forward.
       "simulator_update": simulator_tokens * (
-          2 * fwd(env, common.causal_context(pe + length))
-          + train(env, common.causal_context(pe + length))),
+          2 * fwd(simulator, common.causal_context(pe + length))
+          + train(simulator, common.causal_context(pe + length))),
   }
 
 
 def _phases(config, domain, players, mesh):
-  """The step's stages as separately jitted functions (see the module doc)."""
-  cc = config.coevolve
-  simulator_sampling, agent_sampling = coevolve.sampling_configs(config, domain)
-  repeat = functools.partial(jnp.repeat, repeats=cc.attempts, axis=0)
+  """The step's stages (`genenv_jax.coevolve`), each jitted on its own."""
+  def write_tasks(state: coevolve.CoevolveState, key):
+    seed_key, sample_key = jax.random.split(key)
+    return coevolve.write_tasks(config, domain, players, state, seed_key,
+                                sample_key)
 
-  def simulator_sample(state: coevolve.CoevolveState):
-    seed_key, simulator_key = jax.random.split(state.rng)
-    seeds, _ = pool_lib.sample_tasks(state.pool, seed_key, cc.num_seeds)
-    prompt, prompt_mask = domain.simulator_prompt(seeds)
-    out = sample(players.simulator_model, state.simulator.params, prompt, prompt_mask,
-                 simulator_key, simulator_sampling, cc.variations)
-    return prompt, prompt_mask, out
+  def attempt(agent, tasks, key):
+    return coevolve.attempt(config, domain, players, agent, tasks, key)
 
-  def agent_sample(agent_params, simulator_out, key):
-    fresh = domain.parse(simulator_out.tokens, simulator_out.mask)
-    out = sample(players.agent_model, agent_params, fresh.prompt,
-                 fresh.prompt_mask, key, agent_sampling, cc.attempts)
-    return fresh, out
+  def curriculum_signals(tasks, rewards):
+    return coevolve.curriculum_signals(config, tasks, rewards)
 
-  def verify_curriculum(fresh, agent_out):
-    rewards = domain.verify(agent_out.tokens, agent_out.mask,
-                            repeat(fresh.reference),
-                            repeat(fresh.reference_mask))
-    rewards = rewards.reshape(-1, cc.attempts)
-    cur = curriculum.compute(rewards, fresh.valid, config.curriculum,
-                             jnp.arange(rewards.shape[0]) // cc.variations,
-                             cc.num_seeds)
-    return rewards, cur
-
-  def agent_update(agent, fresh, agent_out, rewards, key):
-    batch = coevolve.grpo_batch(config, players, agent, fresh, agent_out,
-                                rewards)
+  def agent_update(agent, attempts, key):
+    batch = coevolve.grpo_batch(config, players, agent, attempts)
     return coevolve.agent_update(config, players, agent, batch, key)
 
-  def simulator_update(env, prompt, prompt_mask, simulator_out, fresh, cur):
-    gen_prompt = jnp.repeat(prompt, cc.variations, axis=0)
-    gen_mask = jnp.repeat(prompt_mask, cc.variations, axis=0)
-    ref_logp = policy.response_logprobs(
-        players.simulator_model, env.ref_params, gen_prompt, gen_mask,
-        simulator_out.tokens, simulator_out.mask, cc.simulator_temperature).logp
-    return coevolve.simulator_update(
-        config, players, env, gen_prompt, gen_mask, simulator_out.tokens,
-        simulator_out.mask, simulator_out.logprobs, ref_logp, fresh.valid, cur.reward,
-        cur.weights, cc.num_seeds, cc.variations)
+  def simulator_update(simulator, generation, signals):
+    batch = coevolve.simulator_batch(config, players, simulator, generation,
+                                     signals)
+    return coevolve.simulator_update(config, players, simulator, batch)
 
   jit = lambda fn: jax.jit(sharding.in_mesh(mesh, RULES)(fn))
-  return (jit(simulator_sample), jit(agent_sample), jit(verify_curriculum),
+  return (jit(write_tasks), jit(attempt), jit(curriculum_signals),
           jit(agent_update), jit(simulator_update))
 
 
@@ -213,20 +185,20 @@ def run(size: str, repeats: int, peak_gflops: float,
                  mesh=common.describe_mesh(mesh), backend=jax.default_backend())
 
   # Phases first (the whole step donates the state it is given).
-  simulator_sample, agent_sample, verify_curriculum, agent_update, simulator_update = (
+  write_tasks, attempt, curriculum_signals, agent_update, simulator_update = (
       _phases(config, domain, players, mesh))
   key = jax.random.PRNGKey(1)
-  prompt, prompt_mask, simulator_out = simulator_sample(state)
-  fresh, agent_out = agent_sample(state.agent.params, simulator_out, key)
-  rewards, cur = verify_curriculum(fresh, agent_out)
+  generation = write_tasks(state, key)
+  attempts = attempt(state.agent, generation.tasks, key)
+  signals = curriculum_signals(generation.tasks, attempts.rewards)
   calls = {
-      "simulator_sample": lambda: simulator_sample(state),
-      "agent_sample": lambda: agent_sample(state.agent.params, simulator_out, key),
-      "verify_curriculum": lambda: verify_curriculum(fresh, agent_out),
-      "agent_update": lambda: agent_update(state.agent, fresh, agent_out,
-                                           rewards, key),
-      "simulator_update": lambda: simulator_update(state.simulator, prompt, prompt_mask,
-                                       simulator_out, fresh, cur),
+      "write_tasks": lambda: write_tasks(state, key),
+      "attempt": lambda: attempt(state.agent, generation.tasks, key),
+      "curriculum": lambda: curriculum_signals(generation.tasks,
+                                               attempts.rewards),
+      "agent_update": lambda: agent_update(state.agent, attempts, key),
+      "simulator_update": lambda: simulator_update(state.simulator,
+                                                   generation, signals),
   }
   for phase, call in calls.items():
     jax.block_until_ready(call())

@@ -30,7 +30,6 @@ import numpy as np
 from genenv_jax import coevolve
 from train import dispatch
 from genenv_jax import sharding
-from genenv_jax.sampling import sample
 from genenv_jax.tasks import get_domain
 from train import datasets
 from train import heldout
@@ -67,24 +66,21 @@ def training_batches(rows: np.ndarray, rng: np.random.Generator,
       batch = rows[rng.integers(0, len(rows), tasks_per_step)]
 
 
-def _grpo_step(config, domain, players):
-  attempts = config.coevolve.attempts
-  _, sampling_config = coevolve.sampling_configs(config, domain)
+def _grpo_step(config, domain, players, mesh, rules):
+  """The co-evolution step's agent half (stages 3-4 and 6) on given tasks:
+  (agent, int32[n, task_len] task rows, key) -> (agent, mean reward)."""
 
   @jax.jit
+  @sharding.in_mesh(mesh, rules)
   def step(agent, rows, key):
     sample_key, update_key = jax.random.split(key)
     tasks = domain.parse(rows, rows != domain.pad_id)
-    out = sample(players.agent_model, agent.params, tasks.prompt,
-                 tasks.prompt_mask, sample_key, sampling_config, attempts)
-    repeat = lambda x: jnp.repeat(x, attempts, axis=0)
-    rewards = domain.verify(out.tokens, out.mask, repeat(tasks.reference),
-                            repeat(tasks.reference_mask))
-    rewards = rewards.reshape(-1, attempts)
-    batch = coevolve.grpo_batch(config, players, agent, tasks, out, rewards)
+    attempts = coevolve.attempt(config, domain, players, agent, tasks,
+                                sample_key)
+    batch = coevolve.grpo_batch(config, players, agent, attempts)
     agent, _ = coevolve.agent_update(config, players, agent, batch,
                                      update_key)
-    return agent, jnp.mean(rewards)
+    return agent, jnp.mean(attempts.rewards)
 
   return step
 
@@ -138,7 +134,7 @@ def run(config, workdir: str, method: str, levels: list[int], steps: int,
   agent = coevolve.PlayerState(
       params=params, opt_state=jax.jit(players.agent_opt.init)(params),
       ref_params=jax.tree.map(jnp.copy, params))
-  step_fn = _grpo_step(config, domain, players)
+  step_fn = _grpo_step(config, domain, players, mesh, rules)
   window = dispatch.DispatchWindow()
   rewards = []
   batches = training_batches(train["task"][chosen], rng, tasks_per_step, steps,
