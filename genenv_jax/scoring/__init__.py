@@ -62,7 +62,7 @@ def read_jsonl(path: str) -> list[dict[str, Any]]:
       continue
     try:
       record = json.loads(line)
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:  # a number past Python's digit limit too
       raise InputError(f"{path}:{number}: not valid JSON ({e})") from e
     if not isinstance(record, dict):
       raise InputError(f"{path}:{number}: expected a JSON object, got "
