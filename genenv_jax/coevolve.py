@@ -254,30 +254,10 @@ def make_step(config, domain: TaskDomain, players: Players
   """Builds the pure co-evolution step `state -> (state, metrics)`.
 
   `config` is the run's ConfigDict (fields coevolve, curriculum, grpo,
-  simulator_update, pool); all of it is static.
+  simulator_update, pool), checked by train/config_validation.py; all of it is
+  static.
   """
   cc = config.coevolve
-  if config.simulator_update.method not in ENV_UPDATES:
-    raise ValueError(f"config.simulator_update.method={config.simulator_update.method!r};"
-                     f" expected one of {ENV_UPDATES}.")
-  if cc.generation not in GENERATIONS:
-    raise ValueError(f"config.coevolve.generation={cc.generation!r}; expected "
-                     f"one of {GENERATIONS}.")
-  if cc.generation == "static" and config.simulator_update.method != "none":
-    raise ValueError(
-        "config.coevolve.generation='static' takes its tasks from the frozen "
-        "warm-started simulator; it needs config.simulator_update.method='none', "
-        f"not {config.simulator_update.method!r}.")
-  if not 0.0 <= cc.seed_trim < 0.5:
-    raise ValueError(f"config.coevolve.seed_trim={cc.seed_trim} must lie in "
-                     "[0, 0.5).")
-  if config.pool.keep_generated not in KEEP_GENERATED:
-    raise ValueError(
-        f"config.pool.keep_generated={config.pool.keep_generated!r}; expected "
-        f"one of {KEEP_GENERATED}.")
-  if cc.sampling_layout not in SAMPLING_LAYOUTS:
-    raise ValueError(f"config.coevolve.sampling_layout={cc.sampling_layout!r};"
-                     f" expected one of {SAMPLING_LAYOUTS}.")
   static = cc.generation == "static"
 
   def for_sampling(model, params):
