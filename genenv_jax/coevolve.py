@@ -478,32 +478,9 @@ def make_step(config, domain: TaskDomain, players: Players
   stages above, chained. Metrics are `ratio`s (f32[2] sum, count).
 
   `config` is the run's ConfigDict (fields coevolve, curriculum, grpo,
-  simulator_update, pool); all of it is static. Its values are checked by
-  the driver before anything compiles.
+  simulator_update, pool), checked by train/config_validation.py; all of it is
+  static.
   """
-  cc = config.coevolve
-  if config.simulator_update.method not in SIMULATOR_UPDATES:
-    raise ValueError(
-        f"config.simulator_update.method={config.simulator_update.method!r}; "
-        f"expected one of {SIMULATOR_UPDATES}.")
-  if cc.generation not in GENERATIONS:
-    raise ValueError(f"config.coevolve.generation={cc.generation!r}; expected "
-                     f"one of {GENERATIONS}.")
-  if cc.generation == "static" and config.simulator_update.method != "none":
-    raise ValueError(
-        "config.coevolve.generation='static' takes its tasks from the frozen "
-        "warm-started simulator; it needs config.simulator_update.method="
-        f"'none', not {config.simulator_update.method!r}.")
-  if not 0.0 <= cc.seed_trim < 0.5:
-    raise ValueError(f"config.coevolve.seed_trim={cc.seed_trim} must lie in "
-                     "[0, 0.5).")
-  if config.pool.keep_generated not in KEEP_GENERATED:
-    raise ValueError(
-        f"config.pool.keep_generated={config.pool.keep_generated!r}; expected "
-        f"one of {KEEP_GENERATED}.")
-  if cc.sampling_layout not in SAMPLING_LAYOUTS:
-    raise ValueError(f"config.coevolve.sampling_layout={cc.sampling_layout!r};"
-                     f" expected one of {SAMPLING_LAYOUTS}.")
   num_replay = config.pool.replay_tasks
   frozen = config.simulator_update.method == "none"
 

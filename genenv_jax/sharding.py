@@ -52,6 +52,18 @@ def make_mesh(mesh_shape: Mapping[str, int] | Sequence[int],
     ValueError naming the mesh shape and device count when they do not fit.
   """
   devices = list(jax.devices() if devices is None else devices)
+  dims = mesh_dims(mesh_shape, len(devices))
+  return Mesh(np.asarray(devices).reshape(dims), MESH_AXES)
+
+
+def mesh_dims(mesh_shape: Mapping[str, int] | Sequence[int],
+              num_devices: int) -> tuple[int, int, int]:
+  """The (data, fsdp, tensor) sizes of `mesh_shape` on `num_devices` devices,
+  with its -1 entry (at most one) resolved.
+
+  Raises:
+    ValueError naming the mesh shape and device count when they do not fit.
+  """
   if isinstance(mesh_shape, Mapping):
     unknown = set(mesh_shape) - set(MESH_AXES)
     if unknown:
@@ -63,7 +75,7 @@ def make_mesh(mesh_shape: Mapping[str, int] | Sequence[int],
     if len(dims) != len(MESH_AXES):
       raise ValueError(f"mesh_shape {tuple(dims)} must have {len(MESH_AXES)} "
                        f"entries {MESH_AXES}.")
-  n = len(devices)
+  n = num_devices
   if dims.count(-1) > 1:
     raise ValueError(f"mesh_shape {dict(zip(MESH_AXES, dims))}: at most one "
                      "axis may be -1.")
@@ -81,7 +93,7 @@ def make_mesh(mesh_shape: Mapping[str, int] | Sequence[int],
     raise ValueError(
         f"mesh_shape {dict(zip(MESH_AXES, dims))} needs {math.prod(dims)} "
         f"devices but {n} are available.")
-  return Mesh(np.asarray(devices).reshape(dims), MESH_AXES)
+  return tuple(dims)
 
 
 def without_mesh_axis(rules: Rules, axis: str) -> tuple[tuple[str, Any], ...]:

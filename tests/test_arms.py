@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from configs import default
-from genenv_jax import coevolve
 from genenv_jax import pool as pool_lib
 from genenv_jax import sharding
 from genenv_jax.tasks import get_domain
+from train import config_validation
 from train import loop
 from train import warmstart
 
@@ -90,6 +90,5 @@ def test_reference_code_pool_is_base_data_plus_the_latest_generation():
 def test_static_generation_needs_a_frozen_simulator():
   config = default.get_config("smoke,static")
   config.simulator_update.method = "rwr"
-  domain = get_domain(config.task)
   with pytest.raises(ValueError, match="config.coevolve.generation='static'"):
-    coevolve.make_step(config, domain, loop.build_players(config, domain))
+    config_validation.validate(config, 8)

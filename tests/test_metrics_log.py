@@ -52,7 +52,7 @@ def test_window_divides_summed_sums_by_summed_counts_and_keeps_latest_gauges():
 def test_checkpoints_off_the_log_windows_are_refused(tmp_path):
   config = default.get_config("smoke")
   config.log_every, config.checkpoint_every = 2, 3
-  with pytest.raises(ValueError, match="checkpoint_every=3 must be a multiple "
+  with pytest.raises(ValueError, match="checkpoint_every=3: expected a multiple "
                      "of config.log_every=2"):
     loop.train_and_evaluate(config, str(tmp_path))
 

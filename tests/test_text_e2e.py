@@ -218,8 +218,27 @@ def test_held_out_fraction_without_test_files(tmp_path):
   assert {r.task for r in splits["train"]}.isdisjoint({r.task for r in splits["test"]})
   assert splits["test"][0].answer == json.dumps({"value": int(splits["test"][0].task[5:])})
   assert text_datasets.read_splits(spec) == splits  # seeded
-  _write_jsonl(tmp_path / "tasks.jsonl", [{"q": "Task 0"}])
-  with pytest.raises(text_datasets.InputError, match="record 0 has no 'a' field"):
+  (tmp_path / "tasks.jsonl").write_text('{"q": "Task 0", "a": 1}\n\n{"q": "Task 1"}\n')
+  with pytest.raises(text_datasets.InputError,
+                     match=r"tasks\.jsonl:line 3 has no 'a' field"):
+    text_datasets.read_splits(spec)
+
+
+def test_empty_files_and_splits_are_errors_naming_the_file(tmp_path):
+  _write_jsonl(tmp_path / "tasks.jsonl",
+               [{"prompt": f"Task {i}", "answer": "x"} for i in range(4)])
+  spec = text_datasets.TextTasksConfig(str(tmp_path))
+  (tmp_path / "test.jsonl").write_text("\n")
+  with pytest.raises(text_datasets.InputError, match=r"test\.jsonl holds no records"):
+    text_datasets.read_splits(spec)
+  (tmp_path / "test.jsonl").unlink()
+  # 10% of 4 records rounds to none held out.
+  with pytest.raises(text_datasets.InputError,
+                     match=r"no test\* file and config\.data\.test_fraction=0\.1 "
+                     "holds out none of its 4 records"):
+    text_datasets.read_splits(spec)
+  (tmp_path / "tasks.jsonl").rename(tmp_path / "test.jsonl")
+  with pytest.raises(text_datasets.InputError, match="the train split is empty"):
     text_datasets.read_splits(spec)
 
 
@@ -235,8 +254,8 @@ def test_bfcl_lines_become_checkable_tasks(tmp_path):
        "ground_truth": [{"add": {"a": [1], "b": [2]}}]}])
   _write_jsonl(tmp_path / "possible_answer" / "BFCL_v3_simple.json",
                [{"id": "simple_0", "ground_truth": [{"add": {"a": [4], "b": [5]}}]}])
-  spec = text_datasets.TextTasksConfig(str(tmp_path), format="bfcl", test_fraction=0.0)
-  records = text_datasets.read_splits(spec)["train"]
+  spec = text_datasets.TextTasksConfig(str(tmp_path), format="bfcl")
+  records = text_datasets.read_source_file(spec, str(tmp_path / "BFCL_v3_simple.json"))
   assert [r.id for r in records] == ["simple_0", "simple_1"]
   assert records[0].task.startswith("Add 4 and 5.\n\nAvailable functions")
   assert text_verifiers.bfcl_score("[add(a=4, b=5)]", records[0].answer) == 1.0

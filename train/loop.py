@@ -35,6 +35,7 @@ from genenv_jax.tasks import get_domain
 from models import decoder
 from models import hf
 from models.config import get_preset
+from train import config_validation
 from train import datasets
 from train import heldout
 from train import init_from as init_from_lib
@@ -210,13 +211,7 @@ def base_row_indices(config, train_difficulty: np.ndarray) -> np.ndarray:
 
 def train_and_evaluate(config, workdir: str) -> dict:
   """Runs (or resumes) a whole job in workdir. Returns the run summary."""
-  if config.log_every < 1 or config.checkpoint_every % config.log_every:
-    # A logged value is the mean over the steps since the last log; a resumed
-    # run must start at a window's start to log the same values.
-    raise ValueError(
-        f"config.checkpoint_every={config.checkpoint_every} must be a multiple "
-        f"of config.log_every={config.log_every} (>= 1): logged metrics are "
-        "means over log_every steps, and a run resumes from a checkpoint.")
+  config_validation.validate(config, jax.device_count())
   chief = jax.process_index() == 0  # the one process that writes files
   if chief:
     workdir_path(workdir).mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,9 @@ files are read again). The source directory holds, at its top level:
 
 Files whose names start with "test" form the `test` split (the held-out set) and
 all others the `train` split (the agent pool's base data); without test files a
-seeded `test_fraction` of the records is held out instead.
+seeded `test_fraction` of the records is held out instead. A file without records
+and an empty split are errors; a record without its fields is reported with its
+file and 1-based line (JSON lines) or row (parquet).
 
 Record formats (`format`):
 
@@ -44,7 +46,7 @@ from typing import Any, NamedTuple, Sequence
 import jax
 import numpy as np
 
-from genenv_jax.scoring import InputError, read_jsonl
+from genenv_jax.scoring import InputError, read_jsonl, read_jsonl_lines
 from genenv_jax.tasks.text import TextDomain
 
 FORMATS = ("prompt_answer", "bfcl")
@@ -116,14 +118,26 @@ class TextTasksConfig:
     return f"{self.format}_{digest.hexdigest()[:16]}"
 
 
-def _read_records(path: str) -> list[dict[str, Any]]:
+def _read_records(path: str) -> list[tuple[str, dict[str, Any]]]:
+  """(where, record) of each record of a data file; `where` is "path:line N"
+  (JSON lines, 1-based) or "path:row N" (parquet, 1-based).
+
+  Raises:
+    InputError: the file cannot be read or holds no records.
+  """
   if path.endswith(PARQUET_SUFFIX):
     try:
       import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
     except ImportError as e:
       raise InputError(f"reading {path} needs pyarrow, which is not installed") from e
-    return pq.read_table(path).to_pylist()
-  return read_jsonl(path)
+    records = [(f"{path}:row {number}", record) for number, record in
+               enumerate(pq.read_table(path).to_pylist(), start=1)]
+  else:
+    records = [(f"{path}:line {number}", record)
+               for number, record in read_jsonl_lines(path)]
+  if not records:
+    raise InputError(f"{path} holds no records")
+  return records
 
 
 def _answer_text(value: Any) -> str:
@@ -152,14 +166,13 @@ def read_source_file(config: TextTasksConfig, path: str) -> list[TextRecord]:
   """The seed tasks of one file.
 
   Raises:
-    InputError: an unreadable file, or a record without its fields (the message
-      names the file, the record's position and the field).
+    InputError: an unreadable or empty file, or a record without its fields (the
+      message names the file, the record's line and the field).
   """
   records = _read_records(path)
   answers = _bfcl_answers(path) if config.format == "bfcl" else {}
   out = []
-  for index, record in enumerate(records):
-    where = f"{path}: record {index}"
+  for index, (where, record) in enumerate(records):
     record_id = str(record.get("id", f"{os.path.basename(path)}:{index}"))
     if config.format == "prompt_answer":
       for field in (config.prompt_field, config.answer_field):
@@ -191,7 +204,12 @@ def read_source_file(config: TextTasksConfig, path: str) -> list[TextRecord]:
 
 
 def read_splits(config: TextTasksConfig) -> dict[str, list[TextRecord]]:
-  """{"train": records, "test": records} of the source directory (rules in the module doc)."""
+  """{"train": records, "test": records} of the source directory (rules in the module doc).
+
+  Raises:
+    InputError: see `read_source_file`; or a split is empty (only test* files, or
+      a test_fraction that holds out none of the records).
+  """
   train: list[TextRecord] = []
   test: list[TextRecord] = []
   for path in config.source_files():
@@ -203,6 +221,14 @@ def read_splits(config: TextTasksConfig) -> dict[str, list[TextRecord]]:
     chosen = set(held_out.tolist())
     test = [r for i, r in enumerate(train) if i in chosen]
     train = [r for i, r in enumerate(train) if i not in chosen]
+    if not test:
+      raise InputError(
+          f"{config.source_dir} has no {TEST_PREFIX}* file and "
+          f"config.data.test_fraction={config.test_fraction} holds out none of its "
+          f"{len(train)} records: the test split would be empty")
+  if not train:
+    raise InputError(f"{config.source_dir}: the train split is empty (every "
+                     f"record is in a {TEST_PREFIX}* file)")
   return {"train": train, "test": test}
 
 

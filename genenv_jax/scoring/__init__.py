@@ -7,7 +7,7 @@
 
 `python -m train.tools.evaluate` is the command-line front end. This module holds what the
 scorers share: the per-example `Verdict`, `InputError` for malformed inputs, and
-`read_jsonl`.
+`read_jsonl` / `read_jsonl_lines`.
 """
 
 from __future__ import annotations
@@ -51,6 +51,16 @@ def read_jsonl(path: str) -> list[dict[str, Any]]:
   Raises:
     InputError: the file cannot be read, or a line is not a JSON object.
   """
+  return [record for _, record in read_jsonl_lines(path)]
+
+
+def read_jsonl_lines(path: str) -> list[tuple[int, dict[str, Any]]]:
+  """(1-based line number, JSON object) of each non-blank line of a JSON-lines file.
+
+  Raises:
+    InputError: the file cannot be read, or a line is not a JSON object (the
+      message names the file and line).
+  """
   try:
     with open(path, encoding="utf-8") as f:
       lines = f.read().splitlines()
@@ -62,10 +72,10 @@ def read_jsonl(path: str) -> list[dict[str, Any]]:
       continue
     try:
       record = json.loads(line)
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:  # a number past Python's digit limit too
       raise InputError(f"{path}:{number}: not valid JSON ({e})") from e
     if not isinstance(record, dict):
       raise InputError(f"{path}:{number}: expected a JSON object, got "
                        f"{type(record).__name__}")
-    records.append(record)
+    records.append((number, record))
   return records

@@ -14,7 +14,9 @@ name equals the gold name (case-sensitive) and whose parameters have the gold ke
 equal `canonical` values: strings are compared with surrounding whitespace stripped,
 inner whitespace runs collapsed and in lower case; "true"/"false" strings equal the
 booleans; numeric strings equal numbers, compared by value ("3" == 3 == 3.0, but
-True != 1); lists and dicts compare element-wise.
+True != 1); lists and dicts compare element-wise. Scoring takes time linear in the
+text's length; a text longer than `bfcl.MAX_OUTPUT_CHARS`, or past another of
+`bfcl.decode_calls`' limits, is INVALID.
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ from typing import Any, NamedTuple
 
 from genenv_jax.scoring import CORRECT, INCORRECT, INVALID, InputError, Verdict
 from genenv_jax.scoring import read_jsonl
-from genenv_jax.scoring.bfcl import Call, DecodeError, decode_calls
+from genenv_jax.scoring.bfcl import MAX_OUTPUT_CHARS, Call, DecodeError
+from genenv_jax.scoring.bfcl import decode_calls
 
 _REQUEST_LINE = re.compile(r"API-Request:\s*([^\n]*)")
 _INTEGER = re.compile(r"[+-]?\d{1,100}")  # longer digit strings compare as floats
-_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+# One way to match each text, so a failed match does not backtrack over digit runs.
+_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 class ApiCall(NamedTuple):
@@ -65,8 +69,12 @@ def parse_prediction(text: str) -> list[Call]:
   """The calls in a prediction (formats in the module docstring).
 
   Raises:
-    DecodeError: the text holds no readable call list.
+    DecodeError: the text holds no readable call list, or is longer than
+      MAX_OUTPUT_CHARS.
   """
+  if len(text) > MAX_OUTPUT_CHARS:
+    raise DecodeError(f"output of {len(text)} characters is longer than "
+                      f"MAX_OUTPUT_CHARS={MAX_OUTPUT_CHARS}")
   request = _REQUEST_LINE.search(text)
   return decode_calls(request.group(1).strip() if request else text)
 
@@ -90,9 +98,15 @@ def canonical(value: Any) -> Any:
 def score(gold: ApiCall, text: str) -> Verdict:
   """The verdict on one prediction against its gold call."""
   try:
-    calls = parse_prediction(text)
+    return _score(gold, text)
   except DecodeError as e:
     return Verdict(INVALID, str(e))
+  except RecursionError:
+    return Verdict(INVALID, "prediction nested too deeply")
+
+
+def _score(gold: ApiCall, text: str) -> Verdict:
+  calls = parse_prediction(text)
   if len(calls) != 1:
     return Verdict(INCORRECT, f"expected one API call, got {len(calls)}")
   call, = calls

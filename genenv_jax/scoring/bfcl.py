@@ -16,11 +16,22 @@ Decoding a model's output text (`decode_calls`); a failure is an INVALID verdict
     keywords (kept as its source text) or with keywords (kept as `{name: {arg: val}}`).
     Anything else fails to decode. Unlike BFCL's decoder, which evaluates arithmetic
     with `eval` and negates every unary operand, arithmetic is computed on literals only
-    and only unary minus is accepted.
+    and only unary minus is accepted; strings take part only in `+` (with a string)
+    and `*` (with an integer).
   * JSON: one object or a list of objects `{"name": ..., "arguments": {...}}`
     ("parameters" is accepted for "arguments", and arguments may be a JSON string
     holding the object), optionally inside a ```json fence.
   * `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks, one per call.
+
+Decoding takes time linear in the text's length (no backtracking pattern, no
+unbounded arithmetic) and never raises anything but DecodeError. Inputs past these
+limits are INVALID:
+  * MAX_OUTPUT_CHARS: the length of the output text;
+  * MAX_CALLS: the number of calls in it;
+  * MAX_INT_DIGITS: the decimal digits of any integer value (a literal, a JSON number
+    or an arithmetic result), below Python's limit on int-to-text conversion;
+  * MAX_ARITHMETIC_SIZE: the size (characters of a string, decimal digits of an
+    integer) of one arithmetic result, and 16 times it of all results of one output.
 
 Checking the decoded calls against the ground truth (`check_calls`), the official AST
 checker's rules:
@@ -57,6 +68,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import operator
 import os
 import re
@@ -75,12 +87,18 @@ _PYTHON_TYPES = {"string": str, "any": str, "integer": int, "float": float,
                  "boolean": bool, "array": list, "tuple": list, "dict": dict}
 _ITEM_TYPED = ("array", "tuple")
 _IGNORED_IN_STRINGS = re.compile(r"[ ,./\-_*^]")
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-_JSON_FENCE = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.DOTALL)
+_TOOL_CALL_OPEN = "<tool_call>"
+_TOOL_CALL_CLOSE = "</tool_call>"
+_FENCE = "```"
 _ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
                ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv,
                ast.Mod: operator.mod, ast.Pow: operator.pow}
-_MAX_LITERAL_BITS = 100_000  # bound on integer powers and repeated strings
+MAX_OUTPUT_CHARS = 65_536
+MAX_CALLS = 64
+MAX_INT_DIGITS = 4_000
+MAX_ARITHMETIC_SIZE = 100_000
+_ARITHMETIC_BUDGET = 16 * MAX_ARITHMETIC_SIZE
+_DIGITS_PER_BIT = math.log10(2)
 
 
 class Call(NamedTuple):
@@ -115,19 +133,72 @@ def decode_calls(text: str) -> list[Call]:
   """The calls in a model's output text (formats in the module docstring).
 
   Raises:
-    DecodeError: the text holds no well-formed call list.
+    DecodeError: the text holds no well-formed call list, or is past a limit (module
+      docstring).
   """
+  if len(text) > MAX_OUTPUT_CHARS:
+    raise DecodeError(f"output of {len(text)} characters is longer than "
+                      f"MAX_OUTPUT_CHARS={MAX_OUTPUT_CHARS}")
   try:
-    if "<tool_call>" in text:
-      return _decode_tool_call_blocks(text)
-    fenced = _JSON_FENCE.fullmatch(text.strip())
-    try:
-      value = json.loads(fenced.group(1) if fenced else text)
-    except ValueError:
-      return _decode_python_calls(text)
-    return _calls_from_json(value)
-  except RecursionError as e:
+    if _TOOL_CALL_OPEN in text:
+      calls = _decode_tool_call_blocks(text)
+    else:
+      try:
+        value = json.loads(_json_fence_content(text))
+      except ValueError:  # not JSON, or a JSON integer past Python's digit limit
+        calls = _decode_python_calls(text)
+      else:
+        calls = _calls_from_json(value)
+  except (RecursionError, MemoryError) as e:
     raise DecodeError("output nested too deeply") from e
+  if len(calls) > MAX_CALLS:
+    raise DecodeError(f"{len(calls)} calls, more than MAX_CALLS={MAX_CALLS}")
+  for call in calls:
+    _check_int_sizes(call.args)
+  return calls
+
+
+def _json_fence_content(text: str) -> str:
+  """What a ```json ... ``` (or ``` ... ```) fence around the whole stripped text
+  holds, stripped; the text itself when it is not fenced."""
+  stripped = text.strip()
+  if (len(stripped) < 2 * len(_FENCE) or not stripped.startswith(_FENCE)
+      or not stripped.endswith(_FENCE)):
+    return text
+  inner = stripped[len(_FENCE):-len(_FENCE)]
+  return inner.removeprefix("json").strip()
+
+
+def _check_int_sizes(value: Any) -> None:
+  """Raises DecodeError when an integer in `value` (nested lists, tuples and dicts
+  included) has more than MAX_INT_DIGITS digits."""
+  stack = [value]
+  while stack:
+    item = stack.pop()
+    if isinstance(item, int):
+      _bounded(item)
+    elif isinstance(item, (list, tuple)):
+      stack.extend(item)
+    elif isinstance(item, dict):
+      stack.extend(item.keys())
+      stack.extend(item.values())
+
+
+def _bounded(value: Any) -> Any:
+  """`value`, after checking that an integer has at most MAX_INT_DIGITS digits.
+
+  Raises:
+    DecodeError: it has more.
+  """
+  if isinstance(value, int) and _int_digits(value) > MAX_INT_DIGITS:
+    raise DecodeError(f"an integer of about {_int_digits(value)} digits, more than "
+                      f"MAX_INT_DIGITS={MAX_INT_DIGITS}")
+  return value
+
+
+def _int_digits(value: int) -> int:
+  """An upper bound on the decimal digits of `value`, without converting it."""
+  return int(value.bit_length() * _DIGITS_PER_BIT) + 1
 
 
 def _decode_python_calls(text: str) -> list[Call]:
@@ -144,115 +215,179 @@ def _decode_python_calls(text: str) -> list[Call]:
   try:
     body = ast.parse(source, mode="eval").body
   except (SyntaxError, ValueError) as e:
-    raise DecodeError(f"not a Python list of calls ({e})") from e
+    raise DecodeError(f"not a Python list of calls ({_clipped(e)})") from e
   if isinstance(body, ast.Call):
     nodes = [body]
   elif isinstance(body, (ast.List, ast.Tuple, ast.Set)):
     nodes = body.elts
   else:
     raise DecodeError(f"expected a list of calls, got a {type(body).__name__}")
+  if len(nodes) > MAX_CALLS:
+    raise DecodeError(f"{len(nodes)} calls, more than MAX_CALLS={MAX_CALLS}")
   for index, node in enumerate(nodes):
     if not isinstance(node, ast.Call):
       raise DecodeError(f"item {index} is a {type(node).__name__}, not a call: "
-                        f"{ast.unparse(node)!r}")
-  return [_call(node) for node in nodes]
+                        f"{_source(node)}")
+  evaluator = _LiteralEvaluator()
+  return [evaluator.call(node) for node in nodes]
 
 
-def _call(node: ast.Call) -> Call:
-  parts = []
-  func = node.func
-  while isinstance(func, ast.Attribute):
-    parts.append(func.attr)
-    func = func.value
-  if isinstance(func, ast.Name):
-    parts.append(func.id)
-  args = {}
-  for keyword in node.keywords:
-    if keyword.arg is None:
-      raise DecodeError(f"`**` unpacking in call: {ast.unparse(node)!r}")
-    args[keyword.arg] = _literal(keyword.value)
-  return Call(".".join(reversed(parts)), args)
+def _clipped(value: Any, limit: int = 200) -> str:
+  text = str(value)
+  return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _literal(node: ast.expr) -> Any:
-  """The Python value of an argument expression (rules in the module docstring)."""
-  if isinstance(node, ast.Constant):
-    return "..." if node.value is Ellipsis else node.value
-  if isinstance(node, ast.UnaryOp):
-    return _negated(node)
-  if isinstance(node, ast.List):
-    return [_literal(e) for e in node.elts]
-  if isinstance(node, ast.Tuple):
-    return tuple(_literal(e) for e in node.elts)
-  if isinstance(node, ast.Dict):
-    if any(key is None for key in node.keys):
-      raise DecodeError(f"`**` unpacking in dict: {ast.unparse(node)!r}")
+def _shown(value: Any) -> str:
+  """repr(value) for a message, clipped to 200 characters."""
+  return _clipped(repr(value))
+
+
+def _source(node: ast.AST) -> str:
+  """The node's source text for a message, clipped to 200 characters."""
+  try:
+    return repr(_clipped(ast.unparse(node)))
+  except ValueError:  # an integer past Python's digit limit
+    return "<expression>"
+
+
+class _LiteralEvaluator:
+  """Reads call arguments as values (rules in the module docstring), spending the
+  output's arithmetic budget: the sizes of all arithmetic results, together at most
+  _ARITHMETIC_BUDGET."""
+
+  def __init__(self):
+    self.budget = _ARITHMETIC_BUDGET
+
+  def call(self, node: ast.Call) -> Call:
+    parts = []
+    func = node.func
+    while isinstance(func, ast.Attribute):
+      parts.append(func.attr)
+      func = func.value
+    if isinstance(func, ast.Name):
+      parts.append(func.id)
+    args = {}
+    for keyword in node.keywords:
+      if keyword.arg is None:
+        raise DecodeError(f"`**` unpacking in call: {_source(node)}")
+      args[keyword.arg] = self.literal(keyword.value)
+    return Call(".".join(reversed(parts)), args)
+
+  def literal(self, node: ast.expr) -> Any:
+    """The Python value of an argument expression."""
+    if isinstance(node, ast.Constant):
+      return "..." if node.value is Ellipsis else _bounded(node.value)
+    if isinstance(node, ast.UnaryOp):
+      return _negated(node)
+    if isinstance(node, ast.List):
+      return [self.literal(e) for e in node.elts]
+    if isinstance(node, ast.Tuple):
+      return tuple(self.literal(e) for e in node.elts)
+    if isinstance(node, ast.Dict):
+      if any(key is None for key in node.keys):
+        raise DecodeError(f"`**` unpacking in dict: {_source(node)}")
+      try:
+        return {self.literal(k): self.literal(v)
+                for k, v in zip(node.keys, node.values)}
+      except TypeError as e:
+        raise DecodeError(f"unhashable dict key in {_source(node)}") from e
+    if isinstance(node, ast.BinOp):
+      return self.arithmetic(node)
+    if isinstance(node, ast.Name):
+      return node.id
+    if isinstance(node, ast.Call):
+      if not node.keywords:
+        return ast.unparse(node)
+      call = self.call(node)
+      return {call.name: call.args}
+    if isinstance(node, ast.Subscript):
+      return f"{ast.unparse(node.value)}[{ast.unparse(node.slice)}]"
+    raise DecodeError(f"unsupported {type(node).__name__} expression: "
+                      f"{_source(node)}")
+
+  def arithmetic(self, node: ast.BinOp) -> Any:
+    operands = []
+    for side in (node.left, node.right):
+      if isinstance(side, ast.BinOp):
+        operands.append(self.arithmetic(side))
+      elif isinstance(side, ast.UnaryOp):
+        operands.append(_negated(side))
+      elif (isinstance(side, ast.Constant)
+            and isinstance(side.value, (int, float, complex, str))):
+        operands.append(self.literal(side))
+      else:
+        raise DecodeError(f"arithmetic on a non-literal: {_source(node)}")
+    left, right = operands
+    op = type(node.op)
+    if op not in _ARITHMETIC:
+      raise DecodeError(f"unsupported operator in {_source(node)}")
+    size = _result_size(op, left, right)
+    if size is None:
+      raise DecodeError(f"unsupported operands in {_source(node)}")
+    if size > MAX_ARITHMETIC_SIZE:
+      raise DecodeError(f"arithmetic result of size {size} in {_source(node)}, more "
+                        f"than MAX_ARITHMETIC_SIZE={MAX_ARITHMETIC_SIZE}")
+    self.budget -= size
+    if self.budget < 0:
+      raise DecodeError("arithmetic results add up to more than "
+                        f"{_ARITHMETIC_BUDGET} characters and digits")
     try:
-      return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values)}
-    except TypeError as e:
-      raise DecodeError(f"unhashable dict key in {ast.unparse(node)!r}") from e
-  if isinstance(node, ast.BinOp):
-    return _arithmetic(node)
-  if isinstance(node, ast.Name):
-    return node.id
-  if isinstance(node, ast.Call):
-    if not node.keywords:
-      return ast.unparse(node)
-    call = _call(node)
-    return {call.name: call.args}
-  if isinstance(node, ast.Subscript):
-    return f"{ast.unparse(node.value)}[{ast.unparse(node.slice)}]"
-  raise DecodeError(f"unsupported {type(node).__name__} expression: "
-                    f"{ast.unparse(node)!r}")
+      value = _ARITHMETIC[op](left, right)
+    except (ArithmeticError, TypeError, ValueError) as e:
+      raise DecodeError(f"cannot evaluate {_source(node)}: {_clipped(e)}") from e
+    return _bounded(value)
+
+
+def _result_size(op: type, left: Any, right: Any) -> int | None:
+  """An upper bound on the size of `left op right` (characters of a string, decimal
+  digits of an integer, 1 for other numbers) computed without evaluating it; None
+  for operations on strings other than str + str and str * int."""
+  if isinstance(left, str) or isinstance(right, str):
+    if op is ast.Add and isinstance(left, str) and isinstance(right, str):
+      return len(left) + len(right)
+    if op is ast.Mult:
+      text, count = (left, right) if isinstance(left, str) else (right, left)
+      if isinstance(count, int):
+        return len(text) * max(count, 0)
+    return None
+  if not (isinstance(left, int) and isinstance(right, int)):
+    return 1
+  bits = max(left.bit_length(), right.bit_length()) + 1
+  if op is ast.Mult:
+    bits = left.bit_length() + right.bit_length()
+  elif op is ast.Pow:
+    bits = left.bit_length() * max(right, 0) if abs(left) > 1 else 1
+  return int(bits * _DIGITS_PER_BIT) + 1
 
 
 def _negated(node: ast.UnaryOp) -> Any:
   operand = node.operand
   if (isinstance(node.op, ast.USub) and isinstance(operand, ast.Constant)
       and isinstance(operand.value, (int, float, complex))):
-    return -operand.value
-  raise DecodeError(f"unsupported unary expression: {ast.unparse(node)!r}")
-
-
-def _arithmetic(node: ast.BinOp) -> Any:
-  operands = []
-  for side in (node.left, node.right):
-    if isinstance(side, ast.BinOp):
-      operands.append(_arithmetic(side))
-    elif isinstance(side, ast.UnaryOp):
-      operands.append(_negated(side))
-    elif (isinstance(side, ast.Constant)
-          and isinstance(side.value, (int, float, complex, str))):
-      operands.append(side.value)
-    else:
-      raise DecodeError(f"arithmetic on a non-literal: {ast.unparse(node)!r}")
-  left, right = operands
-  op = type(node.op)
-  if op not in _ARITHMETIC:
-    raise DecodeError(f"unsupported operator in {ast.unparse(node)!r}")
-  if (op is ast.Pow and isinstance(left, int) and isinstance(right, int)
-      and left.bit_length() * abs(right) > _MAX_LITERAL_BITS):
-    raise DecodeError(f"power too large: {ast.unparse(node)!r}")
-  if op is ast.Mult and isinstance(left, str) != isinstance(right, str):
-    text, count = (left, right) if isinstance(left, str) else (right, left)
-    if isinstance(count, int) and len(text) * count > _MAX_LITERAL_BITS:
-      raise DecodeError(f"repeated string too long: {ast.unparse(node)!r}")
-  try:
-    return _ARITHMETIC[op](left, right)
-  except (ArithmeticError, TypeError, ValueError) as e:
-    raise DecodeError(f"cannot evaluate {ast.unparse(node)!r}: {e}") from e
+    return -_bounded(operand.value)
+  raise DecodeError(f"unsupported unary expression: {_source(node)}")
 
 
 def _decode_tool_call_blocks(text: str) -> list[Call]:
-  blocks = _TOOL_CALL.findall(text)
-  if len(blocks) != text.count("<tool_call>"):
+  blocks = []
+  position = text.find(_TOOL_CALL_OPEN)
+  while position >= 0:
+    start = position + len(_TOOL_CALL_OPEN)
+    end = text.find(_TOOL_CALL_CLOSE, start)
+    if end < 0:
+      raise DecodeError("a <tool_call> block is not closed by </tool_call>")
+    blocks.append(text[start:end])
+    position = text.find(_TOOL_CALL_OPEN, end + len(_TOOL_CALL_CLOSE))
+  if len(blocks) != text.count(_TOOL_CALL_OPEN):
     raise DecodeError("a <tool_call> block is not closed by </tool_call>")
+  if len(blocks) > MAX_CALLS:
+    raise DecodeError(f"{len(blocks)} calls, more than MAX_CALLS={MAX_CALLS}")
   calls = []
   for index, block in enumerate(blocks):
     try:
       value = json.loads(block)
     except ValueError as e:
-      raise DecodeError(f"<tool_call> block {index} is not JSON ({e})") from e
+      raise DecodeError(f"<tool_call> block {index} is not JSON ({_clipped(e)})") from e
     calls.append(_call_from_json(value, f"<tool_call> block {index}"))
   return calls
 
@@ -368,10 +503,11 @@ def _check_value(param: str, value: Any, spec: dict[str, Any],
   literal = answer_type is not None and answer_type is not expected_type
   if type(value) is expected_type:
     if item_type is not None and not _items_typed(value, item_type, acceptable):
-      return (f"{param!r}: items of {value!r} are not all of the item type "
+      return (f"{param!r}: items of {_shown(value)} are not all of the item type "
               f"{spec['items']['type']}")
   elif type(value) is not answer_type:
-    return f"{param!r}: expected type {declared}, got {type(value).__name__} {value!r}"
+    return (f"{param!r}: expected type {declared}, got {type(value).__name__} "
+            f"{_shown(value)}")
   if literal:
     matched = value in acceptable
   elif expected_type is dict:
@@ -388,7 +524,7 @@ def _check_value(param: str, value: Any, spec: dict[str, Any],
   else:
     matched = value in acceptable
   if not matched:
-    return f"{param!r}: {value!r} is not one of {acceptable!r}"
+    return f"{param!r}: {_shown(value)} is not one of {_shown(acceptable)}"
   return None
 
 
@@ -531,10 +667,17 @@ def _check_ground_truth(ground_truth: list[Any], functions: dict[str, Any],
 
 def score(entry: BfclEntry, text: str, category: str,
           dots_as_underscores: bool = False) -> Verdict:
-  """The verdict on one model output: INVALID when it does not decode."""
+  """The verdict on one model output: INVALID when it does not decode.
+
+  Raises:
+    InputError: `category` is not supported.
+  """
+  _supported(category)
   try:
     calls = decode_calls(text)
+    reason = check_calls(entry, calls, category, dots_as_underscores)
   except DecodeError as e:
     return Verdict(INVALID, str(e))
-  reason = check_calls(entry, calls, category, dots_as_underscores)
+  except RecursionError:  # comparing or showing a value nested ~1,000 levels deep
+    return Verdict(INVALID, "output nested too deeply")
   return Verdict(CORRECT) if reason is None else Verdict(INCORRECT, reason)

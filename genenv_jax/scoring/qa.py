@@ -9,7 +9,9 @@ Exact match is 1 when the normalised prediction equals a normalised gold answer.
 F1 is the harmonic mean of precision and recall of the prediction's tokens (whitespace
 split, counted with multiplicity) against a gold answer's; when either side has no
 tokens it is 1 if both have none, else 0. Each score is the maximum over the answers;
-an example is CORRECT when its exact match is 1.
+an example is CORRECT when its exact match is 1. Scoring takes time linear in the
+lengths of the texts; a prediction longer than MAX_PREDICTION_CHARS is INVALID and
+scores 0.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import re
 import string
 from typing import Any, NamedTuple
 
-from genenv_jax.scoring import CORRECT, INCORRECT, InputError, Verdict
+from genenv_jax.scoring import CORRECT, INCORRECT, INVALID, InputError, Verdict
 from genenv_jax.scoring import read_jsonl
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+MAX_PREDICTION_CHARS = 65_536
 
 
 class QaScore(NamedTuple):
@@ -90,6 +93,10 @@ def token_f1(prediction: str, answers: list[str]) -> float:
 
 def score(answers: list[str], text: str) -> QaScore:
   """Exact match, F1 and the verdict of one prediction."""
+  if len(text) > MAX_PREDICTION_CHARS:
+    return QaScore(0.0, 0.0, Verdict(
+        INVALID, f"prediction of {len(text)} characters is longer than "
+                 f"MAX_PREDICTION_CHARS={MAX_PREDICTION_CHARS}"))
   em, f1 = exact_match(text, answers), token_f1(text, answers)
   if em:
     return QaScore(em, f1, Verdict(CORRECT))

@@ -19,7 +19,9 @@ the two texts does not match.)
 Host verifiers decode both spans with the tokenizer and score the text in Python,
 called from inside the jitted step through `jax.pure_callback`. They return a
 float32[M] of fixed shape whatever the tokens are, and score 0 for anything they
-cannot read (a scorer exception is a 0, never a crash).
+cannot read (a scorer exception is a 0, never a crash). Each takes time linear in the
+lengths of the two texts; tool_call and bfcl score 0 on text past `scoring.bfcl`'s
+limits (MAX_OUTPUT_CHARS, MAX_CALLS, MAX_INT_DIGITS, MAX_ARITHMETIC_SIZE).
 
   tool_call `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks: the
             response's calls equal the reference's as a multiset (order-free), names
