@@ -31,8 +31,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.seed = 0
   # Mesh axes (data, fsdp, tensor); -1 takes the remaining devices. On CPU
   # (one device per core), players whose weights outgrow a core's cache step
-  # faster with the weights split, e.g. data=-1, tensor=2 (README,
-  # "Performance").
+  # faster with the weights split, e.g. data=-1, tensor=2
+  # (docs/performance.md, "Devices and layouts").
   c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
 
   c.task = ml_collections.ConfigDict(dict(
@@ -42,10 +42,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       reward="exact",        # agent reward: "exact" or "digits" (partial credit);
                              # success (for p̂) is always the exact answer
       # True: the agent reads both operands zero-padded to max_digits digits.
-      # Its warm-start then learns levels 3-4 far better (0.865 / 0.52 held-out,
-      # seed 0) and the difficulty climbs faster, but at alpha = 0.5 the
-      # success rate holds the band in only 62% of second-half windows (92%
-      # unpadded); the agent's held-out gains stay as small (README).
+      # Its warm-start then learns the harder levels far better and the
+      # difficulty climbs faster, but the success rate holds the α band less
+      # often and the agent's held-out gains stay as small; so off by default
+      # (measurements: docs/configuration.md, "Zero-padded operands").
       pad_operands=False,
   ))
   c.data = ml_collections.ConfigDict(dict(
@@ -68,21 +68,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     ))
 
   # Agent lr: GRPO on fresh tasks each step mostly moves the agent sideways
-  # (held-out accuracy does not follow the batches it is fitted to). At 1e-4
-  # the warm-started agent drifts (KL 0.13 to it by step 120) and loses
-  # held-out accuracy on levels 2-4; 3e-5 holds them.
+  # (held-out accuracy does not follow the batches it is fitted to). A faster
+  # agent drifts from its warm-start and loses held-out accuracy on the levels
+  # it knew; 3e-5 holds them (docs/configuration.md, "Learning rates").
   c.agent = player(3e-5)
-  # Simulator lr: at 3e-4 the success rate swung between 0.25 and 0.66 around
-  # α = 0.3 (5 of 12 second-half log windows in band); 1e-4 settles (11 of 12).
+  # Simulator lr: a faster simulator makes the success rate oscillate around
+  # α; 1e-4 settles (docs/configuration.md, "Learning rates").
   c.simulator = player(1e-4)
 
   c.warmstart = ml_collections.ConfigDict(dict(
-      # Addition is learned in a sudden transition. At lr 1e-3, seed 0, held-out
-      # (level 2, level 3) after 600 / 900 / 1200 steps: (0.195, 0.03) /
-      # (0.72, 0.09) / (1.0, 0.345); seeds 1 and 2 reach (0.765, 0.11) and
-      # (0.78, 0.165) at 1200. So co-evolution starts from an agent that knows
-      # the base data's levels and has a frontier above them. Measured with
-      # --config.warmstart.agent_steps=N --config.coevolve.num_steps=0.
+      # Addition is learned in a sudden transition; 1200 steps at lr 1e-3 let
+      # co-evolution start from an agent that knows the base data's levels and
+      # has a frontier above them, at least at seed 0 (docs/configuration.md,
+      # "Warm-start length").
       agent_steps=1200,
       simulator_steps=200,
       batch_size=128,
@@ -99,8 +97,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   c.coevolve = ml_collections.ConfigDict(dict(
       # 240 steps: at α = 0.5 the simulator's difficulty only starts to climb
-      # after about 120 (seed 0: first-quarter mean 2.28 -> last-quarter 2.37 over
-      # 120 steps, 2.38 -> 2.61 over 240); the demo stays under 10 minutes.
+      # after about 120, and the demo stays under 10 minutes
+      # (docs/configuration.md, "Co-evolution steps").
       num_steps=240,
       num_seeds=8,           # S seed tasks per step
       variations=4,          # m tasks written per seed
