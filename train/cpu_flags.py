@@ -14,7 +14,7 @@ to a power of two, see `devices_for_cores`) the runs' `data` mesh axis splits
 the batch across cores instead, each device running the same ops on its share
 of the rows. That speeds up sampling most; with its weights replicated on
 every device the `small` preset's step is slower, which the benchmarks meet
-by splitting its weights over the devices instead (README, "Performance").
+by splitting its weights over the devices instead (docs/performance.md, "Devices and layouts").
 Collectives between CPU devices meet across threads; on a
 loaded machine one thread can wait long for another, and XLA aborts the
 process once its default deadline passes, so the deadlines are lifted too.

@@ -253,8 +253,8 @@ class TunixWorker:
   The worker compiles with this process's XLA flags but on `devices` CPU
   devices, by default one: Tunix's own layout for several devices shards the
   weights over them (its fsdp axis), and on this project's 2-core machine
-  that ran every Tunix benchmark slower than one device did (README,
-  "Performance"; `--tunix_devices`).
+  that ran every Tunix benchmark slower than one device did (docs/performance.md,
+  "Devices and layouts"; `--tunix_devices`).
   """
 
   def __init__(self, python: str, devices: int = 1):
