@@ -25,10 +25,13 @@ Example (`data_dir` receives the prepared files):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import io
 from typing import Any, Callable
 
+from absl import logging as absl_logging
 import numpy as np
 
 from genenv_jax.tasks.arithmetic import ArithmeticDomain
@@ -233,6 +236,15 @@ def make_builder(name_or_config: str | Any, data_dir: str):
   return tfds.builder(name_or_config, data_dir=data_dir)
 
 
+def library_console():
+  """A context in which the libraries' console prints (tensorflow-datasets
+  prints its preparation lines) are dropped, unless absl logs at INFO
+  (`train.main --library_logs`)."""
+  if absl_logging.get_verbosity() >= absl_logging.INFO:
+    return contextlib.nullcontext()
+  return contextlib.redirect_stdout(io.StringIO())
+
+
 def load_split(name_or_config: str | Any, split: str, data_dir: str) -> dict[str, np.ndarray]:
   """Prepares the dataset in `data_dir` if needed and returns one whole split as numpy arrays.
 
@@ -244,7 +256,8 @@ def load_split(name_or_config: str | Any, split: str, data_dir: str) -> dict[str
 
   builder = make_builder(name_or_config, data_dir)
   tfds.disable_progress_bar()
-  builder.download_and_prepare()
+  with library_console():
+    builder.download_and_prepare()
   if split not in builder.info.splits:
     raise ValueError(f"split {split!r} not in {builder.name}: {sorted(builder.info.splits)}")
   return dict(tfds.as_numpy(builder.as_dataset(split=split, batch_size=-1, shuffle_files=False)))

@@ -48,6 +48,7 @@ import numpy as np
 
 from genenv_jax.scoring import InputError, read_jsonl, read_jsonl_lines
 from genenv_jax.tasks.text import TextDomain
+from train import datasets
 
 FORMATS = ("prompt_answer", "bfcl")
 JSON_SUFFIXES = (".jsonl", ".json")
@@ -286,7 +287,8 @@ def load_split(config: TextTasksConfig, split: str, data_dir: str) -> list[TextR
 
   builder = text_tasks_builder().for_config(config, data_dir=data_dir)
   tfds.disable_progress_bar()
-  builder.download_and_prepare()
+  with datasets.library_console():
+    builder.download_and_prepare()
   if split not in builder.info.splits:
     raise ValueError(f"split {split!r} not in {builder.name}: {sorted(builder.info.splits)}")
   if not builder.info.splits[split].num_examples:
