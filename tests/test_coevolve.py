@@ -107,15 +107,16 @@ def _scripted_simulator_training(alpha, steps):
   mesh = sharding.make_mesh({"data": -1})
   rng = np.random.default_rng(0)
   rows, difficulty = domain.random_tasks(rng, 4096)
-  env = loop.init_player_params(players.simulator_model, jax.random.PRNGKey(1),
-                                mesh, RULES)
-  env, _ = warmstart.train_supervised(
-      players.simulator_model, env, warmstart.simulator_data(domain, rows, difficulty, rng, 64 * 300, -1),
+  params = loop.init_player_params(players.simulator_model,
+                                   jax.random.PRNGKey(1), mesh, RULES)
+  params, _ = warmstart.train_supervised(
+      players.simulator_model, params,
+      warmstart.simulator_data(domain, rows, difficulty, rng, 64 * 300, -1),
       steps=300, batch_size=64, learning_rate=3e-3, seed=0, mesh=mesh,
       rules=RULES)
   simulator_state = coevolve.PlayerState(
-      params=env, opt_state=players.simulator_opt.init(env),
-      ref_params=jax.tree.map(jnp.copy, env))
+      params=params, opt_state=players.simulator_opt.init(params),
+      ref_params=jax.tree.map(jnp.copy, params))
   seeds = jnp.asarray(rows[:16])
   prompt, prompt_mask = domain.simulator_prompt(seeds)
   sampling = SamplingConfig(max_new_tokens=domain.task_len,
@@ -134,10 +135,11 @@ def _scripted_simulator_training(alpha, steps):
     cur = curriculum.compute(rewards, parsed.valid, config.curriculum)
     gen_prompt = jnp.repeat(prompt, cc.variations, axis=0)
     gen_mask = jnp.repeat(prompt_mask, cc.variations, axis=0)
-    simulator_state, _ = coevolve.simulator_update(
-        config, players, simulator_state, gen_prompt, gen_mask, out.tokens, out.mask,
-        out.logprobs, out.logprobs, parsed.valid, cur.reward, cur.weights,
-        cc.num_seeds, cc.variations)
+    batch = coevolve.SimulatorBatch(
+        gen_prompt, gen_mask, out.tokens, out.mask, out.logprobs, out.logprobs,
+        parsed.valid, cur.reward, cur.weights)
+    simulator_state, _ = coevolve.simulator_update(config, players,
+                                                   simulator_state, batch)
     shares = jnp.stack([jnp.sum(parsed.valid & (parsed.difficulty == d))
                         for d in (1, 2, 3)]) / jnp.maximum(parsed.valid.sum(), 1)
     return simulator_state, shares
