@@ -60,13 +60,16 @@ from configs import text
 SIZES = {
     "0.5b": dict(model="qwen2.5-0.5b", vocab_size=151936,
                  mesh=dict(data=-1, fsdp=4, tensor=1),
-                 remat_policy="dots_no_batch", logprob_chunk_size=128),
+                 remat_policy="dots_no_batch", logprob_chunk_size=128,
+                 answer_tokens=1024),
     "1.5b": dict(model="qwen2.5-1.5b", vocab_size=151936,
                  mesh=dict(data=-1, fsdp=8, tensor=1),
-                 remat_policy="dots_no_batch", logprob_chunk_size=64),
+                 remat_policy="dots_no_batch", logprob_chunk_size=64,
+                 answer_tokens=1024),
     "7b": dict(model="qwen2.5-7b", vocab_size=152064,
                mesh=dict(data=1, fsdp=-1, tensor=4),
-               remat_policy="full", logprob_chunk_size=32),
+               remat_policy="full", logprob_chunk_size=32,
+               answer_tokens=1024),
 }
 DEFAULT_SIZE = "7b"
 VARIANTS = tuple(SIZES) + ("cpu",)
@@ -99,6 +102,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   else:
     c.coevolve.update(num_seeds=16, variations=4, attempts=8,
                       agent_minibatches=10)
+    c.task.max_answer_tokens = size["answer_tokens"]
     c.pool.replay_tasks = 16
   return c
 

@@ -46,7 +46,7 @@ def make_mesh(mesh_shape: Mapping[str, int] | Sequence[int],
 
   Args:
     mesh_shape: {"data": d, "fsdp": f, "tensor": t} or (d, f, t).
-    devices: defaults to all of `jax.devices()`.
+    devices: defaults to all of `jax.devices()`; on a TPU one per chip.
 
   Raises:
     ValueError naming the mesh shape and device count when they do not fit.
@@ -81,7 +81,11 @@ def make_mesh(mesh_shape: Mapping[str, int] | Sequence[int],
     raise ValueError(
         f"mesh_shape {dict(zip(MESH_AXES, dims))} needs {math.prod(dims)} "
         f"devices but {n} are available.")
-  return Mesh(np.asarray(devices).reshape(dims), MESH_AXES)
+  # jax.make_mesh orders TPU devices along the chip grid (neighbours on an
+  # axis are neighbours on the interconnect); other devices keep their order.
+  return jax.make_mesh(tuple(dims), MESH_AXES,
+                       axis_types=(jax.sharding.AxisType.Auto,) * len(dims),
+                       devices=devices)
 
 
 def without_mesh_axis(rules: Rules, axis: str) -> tuple[tuple[str, Any], ...]:
