@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import re
 import sys
 import time
@@ -89,6 +90,9 @@ OOM = re.compile(r"RESOURCE_EXHAUSTED|Ran out of memory", re.I)
 def topology_devices(tpu_slice: slices.Slice) -> list:
   """The slice's TPU devices for compiling on this host (one per chip)."""
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  # Compiling uses no TPU: several checks (or a test beside one) may load
+  # libtpu at once, which its lockfile would otherwise refuse.
+  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   # v4's chip config defaults to one device per TensorCore; TPU VMs run it
   # as one device per chip (megacore), as jax.make_mesh requires.
   extra = {"chip_config_name": "megacore"} if tpu_slice.chip.libtpu_name == "v4" else {}
