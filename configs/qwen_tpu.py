@@ -32,9 +32,13 @@ What each size sets (everything else is configs/text.py):
   - coevolve.sampling_layout="gathered" (from configs/default.py): once per
     step each player's weights are gathered whole over fsdp (still split over
     tensor) for decoding, so the decode loop does not gather them again at
-    every token. At 7B on a mesh with tensor=4 that copy is ~7.6 GB per chip
-    in float32 while sampling; "training" decodes from the fsdp shards
-    instead, when that memory is short.
+    every token. The copy is cast to bfloat16 first: at 7B on a mesh with
+    tensor=4 it is ~3.8 GB per chip while sampling; "training" decodes from
+    the fsdp shards instead, when that memory is short.
+  - task.max_answer_tokens: 1,024 agent response tokens at every size.
+  - Chip counts assume megacore on v4 and v5p (one JAX device per chip, as
+    TPU VMs run them); `python -m train.bench.compile_check` compiles a
+    variant for a slice on a CPU host (docs/tpu_pods.md).
   - scan_layers=False: the sampler then decodes with a per-layer KV cache
     updated in place (models/decoder.py); scanning compiles faster.
   - batches (all sizes): 16 seeds x 4 variations = 64 tasks written per step
