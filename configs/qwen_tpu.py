@@ -32,9 +32,13 @@ What each size sets (everything else is configs/text.py):
   - coevolve.sampling_layout="gathered" (from configs/default.py): once per
     step each player's weights are gathered whole over fsdp (still split over
     tensor) for decoding, so the decode loop does not gather them again at
-    every token. At 7B on a mesh with tensor=4 that copy is ~7.6 GB per chip
-    in float32 while sampling; "training" decodes from the fsdp shards
-    instead, when that memory is short.
+    every token. The copy is cast to bfloat16 first: at 7B on a mesh with
+    tensor=4 it is ~3.8 GB per chip while sampling; "training" decodes from
+    the fsdp shards instead, when that memory is short.
+  - task.max_answer_tokens: 1,024 agent response tokens at every size.
+  - Chip counts assume megacore on v4 and v5p (one JAX device per chip, as
+    TPU VMs run them); `python -m train.bench.compile_check` compiles a
+    variant for a slice on a CPU host (docs/tpu_pods.md).
   - scan_layers=False: the sampler then decodes with a per-layer KV cache
     updated in place (models/decoder.py); scanning compiles faster.
   - batches (all sizes): 16 seeds x 4 variations = 64 tasks written per step
@@ -60,13 +64,16 @@ from configs import text
 SIZES = {
     "0.5b": dict(model="qwen2.5-0.5b", vocab_size=151936,
                  mesh=dict(data=-1, fsdp=4, tensor=1),
-                 remat_policy="dots_no_batch", logprob_chunk_size=128),
+                 remat_policy="dots_no_batch", logprob_chunk_size=128,
+                 answer_tokens=1024),
     "1.5b": dict(model="qwen2.5-1.5b", vocab_size=151936,
                  mesh=dict(data=-1, fsdp=8, tensor=1),
-                 remat_policy="dots_no_batch", logprob_chunk_size=64),
+                 remat_policy="dots_no_batch", logprob_chunk_size=64,
+                 answer_tokens=1024),
     "7b": dict(model="qwen2.5-7b", vocab_size=152064,
                mesh=dict(data=1, fsdp=-1, tensor=4),
-               remat_policy="full", logprob_chunk_size=32),
+               remat_policy="full", logprob_chunk_size=32,
+               answer_tokens=1024),
 }
 DEFAULT_SIZE = "7b"
 VARIANTS = tuple(SIZES) + ("cpu",)
@@ -99,6 +106,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   else:
     c.coevolve.update(num_seeds=16, variations=4, attempts=8,
                       agent_minibatches=10)
+    c.task.max_answer_tokens = size["answer_tokens"]
     c.pool.replay_tasks = 16
   return c
 

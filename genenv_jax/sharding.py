@@ -46,14 +46,18 @@ def make_mesh(mesh_shape: Mapping[str, int] | Sequence[int],
 
   Args:
     mesh_shape: {"data": d, "fsdp": f, "tensor": t} or (d, f, t).
-    devices: defaults to all of `jax.devices()`.
+    devices: defaults to all of `jax.devices()`; on a TPU one per chip.
 
   Raises:
     ValueError naming the mesh shape and device count when they do not fit.
   """
   devices = list(jax.devices() if devices is None else devices)
   dims = mesh_dims(mesh_shape, len(devices))
-  return Mesh(np.asarray(devices).reshape(dims), MESH_AXES)
+  # jax.make_mesh orders TPU devices along the chip grid (neighbours on an
+  # axis are neighbours on the interconnect); other devices keep their order.
+  return jax.make_mesh(dims, MESH_AXES,
+                       axis_types=(jax.sharding.AxisType.Auto,) * len(dims),
+                       devices=devices)
 
 
 def mesh_dims(mesh_shape: Mapping[str, int] | Sequence[int],

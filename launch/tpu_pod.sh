@@ -33,6 +33,11 @@ Options:
   --repo_url=URL       clone this git repository (--branch=BRANCH) instead of copying
                        the local working tree
   --spot               create a Spot slice
+  --tokenizer_dir=DIR  a local copy of the players' tokenizer for the preflight of
+                       text tasks (its --config.task.tokenizer_dir)
+  --skip_preflight     do not compile the run for the slice on this host first
+                       (train.bench.compile_check; needs this host's Python with
+                       requirements.txt and requirements-tpu.txt: PYTHON, default python3)
   --dry_run            print the commands instead of running them
   -h, --help           this message
 Flags after -- go to train.main, e.g. -- --config.coevolve.num_steps=400
@@ -57,6 +62,8 @@ seed_data=""
 repo_url=""
 branch=""
 spot=0
+preflight=1
+tokenizer_dir=""
 dry_run=0
 train_flags=()
 
@@ -67,6 +74,7 @@ while (($#)); do
     -h|--help) usage; exit 0 ;;
     --dry_run|--dry-run) dry_run=1 ;;
     --spot) spot=1 ;;
+    --skip_preflight|--skip-preflight) preflight=0 ;;
     --) train_flags=("$@"); break ;;
     --*=*)
       value="${arg#*=}"
@@ -82,6 +90,7 @@ while (($#)); do
         --seed_data) seed_data="$value" ;;
         --repo_url) repo_url="$value" ;;
         --branch) branch="$value" ;;
+        --tokenizer_dir) tokenizer_dir="$value" ;;
         *) die "unknown flag ${arg%%=*}" ;;
       esac ;;
     *) die "unexpected argument '$arg' (flags take the form --flag=value)" ;;
@@ -100,8 +109,7 @@ if [[ "$workdir" != gs://* ]]; then
        "job needs a directory every worker shares." >&2
 fi
 
-jax_version="$(sed -n 's/^jax==//p' "$ROOT/requirements.txt")"
-[[ -n "$jax_version" ]] || die "$ROOT/requirements.txt pins no jax==VERSION"
+[[ -f "$ROOT/requirements-tpu.txt" ]] || die "$ROOT/requirements-tpu.txt is missing"
 
 # Prints a command as a shell line: words of safe characters bare, others quoted.
 print_command() {
@@ -141,6 +149,26 @@ on_all_workers() {  # $1: a shell command line run on every worker
   run "${tpu[@]}" ssh "$name" "${where[@]}" --worker=all --command="$1"
 }
 
+# 0. Preflight: compile every program of the run for this slice here (no TPU
+#    needed) and stop before creating anything when one does not fit in HBM.
+if ((preflight)); then
+  check=("${PYTHON:-python3}" -m train.bench.compile_check --config="$config"
+         --topology="$accelerator")
+  [[ -z "$tokenizer_dir" ]] || check+=(--config.task.tokenizer_dir="$tokenizer_dir")
+  [[ -z "$hf_model" ]] || echo "tpu_pod.sh: preflight: the players take their shapes" \
+    "from the config's preset; pass -- --config.agent.model=... if $hf_model differs." >&2
+  for flag in "${train_flags[@]}"; do
+    [[ "$flag" != --config.* ]] || check+=("$flag")
+  done
+  if ((dry_run)); then
+    echo "PYTHONPATH=$ROOT $(print_command "${check[@]}")"
+  else
+    echo "+ $(print_command "${check[@]}")" >&2
+    (cd "$ROOT" && PYTHONPATH="$ROOT" "${check[@]}") ||
+      die "preflight: the run does not compile within $accelerator's HBM (see above); --skip_preflight skips this check"
+  fi
+fi
+
 # 1. The slice: reuse it when it exists.
 create=("${tpu[@]}" create "$name" "${where[@]}" --accelerator-type="$accelerator"
         --version="$runtime")
@@ -173,8 +201,9 @@ else
   on_all_workers "rm -rf $REMOTE_REPO && mkdir -p $REMOTE_REPO && tar -xzf \$HOME/genenv-jax.tgz -C $REMOTE_REPO"
 fi
 
-# 4. Python 3.11, the requirements and jax[tpu] (same version) in a venv.
-on_all_workers "set -e; command -v python3.11 >/dev/null || { sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3.11 python3.11-venv; }; [ -x $REMOTE_VENV/bin/python ] || python3.11 -m venv $REMOTE_VENV; $REMOTE_VENV/bin/pip install -q --upgrade pip; $REMOTE_VENV/bin/pip install -q -r $REMOTE_REPO/requirements.txt 'jax[tpu]==$jax_version'"
+# 4. Python 3.11 and the requirements (requirements-tpu.txt: the libtpu that
+#    jax[tpu] pins for requirements.txt's jax) in a venv.
+on_all_workers "set -e; command -v python3.11 >/dev/null || { sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3.11 python3.11-venv; }; [ -x $REMOTE_VENV/bin/python ] || python3.11 -m venv $REMOTE_VENV; $REMOTE_VENV/bin/pip install -q --upgrade pip; $REMOTE_VENV/bin/pip install -q -r $REMOTE_REPO/requirements.txt -r $REMOTE_REPO/requirements-tpu.txt"
 
 # 5. The players' checkpoint and the seed tasks, local to each worker. Each
 #    worker builds its own tensorflow-datasets copy of the seeds.

@@ -74,8 +74,14 @@ def test_dry_run_prints_every_command():
   remote = [next(w for w in c if w.startswith("--command="))
             for c in commands if c[4] == "ssh"]
   _, _, install, download, seeds, start = remote
-  assert "pip install -q -r $HOME/genenv-jax/requirements.txt" in install
-  assert "jax[tpu]==0.10.2" in install
+  assert ("pip install -q -r $HOME/genenv-jax/requirements.txt -r "
+          "$HOME/genenv-jax/requirements-tpu.txt") in install
+  preflight = next(shlex.split(line) for line in out.stdout.splitlines()
+                   if "train.bench.compile_check" in line)
+  assert preflight[2:] == ["-m", "train.bench.compile_check",
+                           "--config=configs/qwen_tpu.py:7b",
+                           "--topology=v4-64",
+                           "--config.coevolve.num_steps=400"]
   assert "hf download Qwen/Qwen2.5-7B-Instruct" in download
   assert "gs://bucket/seeds" in seeds
   train = shlex.split(start.split("nohup ", 1)[1].split(" > ", 1)[0])
@@ -124,7 +130,8 @@ def test_runs_the_commands_and_reuses_an_existing_slice(tmp_path, exists):
   (bin_dir / "gcloud").chmod(0o755)
   log = tmp_path / "gcloud.log"
   out = _launch([*REQUIRED, "--repo_url=https://example.com/genenv-jax.git",
-                 "--branch=main", "--project=my-project", "--spot"],
+                 "--branch=main", "--project=my-project", "--spot",
+                 "--skip_preflight"],
                 path_prefix=str(bin_dir), GCLOUD_LOG=str(log),
                 FAKE_TPU_EXISTS=str(int(exists)), TMPDIR=str(tmp_path))
   assert out.returncode == 0, out.stderr

@@ -64,11 +64,13 @@ class HeldoutEval:
                              parsed.reference_mask)
       return (reward >= success_threshold) & parsed.valid, out.lengths
 
-    self._answer = answer
+    # The jitted pass (params, rows int32[n, task_len]) -> (correct bool[n],
+    # response lengths int32[n]) that every evaluation runs.
+    self.answer = answer
 
   def correct(self, params) -> np.ndarray:
     """bool[n]: which held-out tasks the agent answers right."""
-    return np.asarray(jax.device_get(self._answer(params, self._rows)[0]))
+    return np.asarray(jax.device_get(self.answer(params, self._rows)[0]))
 
   def __call__(self, params, baseline_correct: np.ndarray | None = None
                ) -> dict[str, float]:
@@ -84,7 +86,7 @@ class HeldoutEval:
     with baseline_correct (bool[n], another agent's `correct`) also, per
     level, `paired_counts` against it as eval/fixed_d<level>,
     eval/broken_d<level> and eval/sign_test_p_d<level>."""
-    correct, lengths = jax.device_get(self._answer(params, self._rows))
+    correct, lengths = jax.device_get(self.answer(params, self._rows))
     correct = np.asarray(correct)
     metrics = {"eval/accuracy": float(np.mean(correct, dtype=np.float32)),
                "eval/response_len": float(np.mean(lengths, dtype=np.float32))}

@@ -22,6 +22,7 @@ from clu import periodic_actions
 from etils import epath
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
@@ -95,37 +96,102 @@ def init_player_params(model_config, key, mesh, rules, hf_dir: str = ""):
       weights, shardings)
 
 
-def create_state(config, domain, players, agent_params, simulator_params,
-                 base_rows, base_difficulty, mesh):
-  """Assembles a CoevolveState, placed on the mesh. Returns (state, shardings).
+def initial_pools(config, domain, base_rows, base_difficulty
+                  ) -> tuple[pool_lib.TaskPool, pool_lib.GenerationPool]:
+  """D_train holding the base rows int32[Nb, task_len] (their difficulty
+  int32[Nb]) and an empty D_env, at the config's capacities."""
+  return (pool_lib.create_task_pool(base_rows, base_difficulty,
+                                    config.pool.capacity),
+          pool_lib.create_generation_pool(
+              config.pool.generation_capacity, domain.simulator_prompt_len,
+              domain.task_len))
 
-  The current parameters also become the references: the agent's GRPO
-  reference and the simulator's initial model.
+
+def initial_state(config, players, agent_params, simulator_params, pool,
+                  generation_pool) -> coevolve.CoevolveState:
+  """The step-0 CoevolveState, not yet placed: fresh optimiser states, and a
+  copy of the current parameters as the references (the agent's GRPO
+  reference, the simulator's initial model).
+
+  Traceable: `jax.eval_shape` of it over abstract parameters gives the
+  state's shapes without building any weight.
   """
-  copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)
-  state = coevolve.CoevolveState(
-      agent=coevolve.PlayerState(
-          params=agent_params,
-          opt_state=jax.jit(players.agent_opt.init)(agent_params),
-          ref_params=copy(agent_params)),
-      simulator=coevolve.PlayerState(
-          params=simulator_params,
-          opt_state=jax.jit(players.simulator_opt.init)(simulator_params),
-          ref_params=copy(simulator_params)),
-      pool=pool_lib.create_task_pool(base_rows, base_difficulty,
-                                     config.pool.capacity),
-      generation_pool=pool_lib.create_generation_pool(
-          config.pool.generation_capacity, domain.simulator_prompt_len, domain.task_len),
-      rng=jax.random.PRNGKey(config.seed + 3),
-      step=np.int32(0))
+  def player(params, opt):
+    copy = lambda tree: jax.tree.map(jnp.copy, tree)
+    return coevolve.PlayerState(params=copy(params), opt_state=opt.init(params),
+                                ref_params=copy(params))
+  return coevolve.CoevolveState(
+      agent=player(agent_params, players.agent_opt),
+      simulator=player(simulator_params, players.simulator_opt),
+      pool=pool, generation_pool=generation_pool,
+      rng=jax.random.PRNGKey(config.seed + 3), step=jnp.int32(0))
+
+
+def _param_shardings(name: str, params):
+  """The NamedSharding of every parameter of a player (jax.Arrays or
+  ShapeDtypeStructs that carry one)."""
+  def one(path, x):
+    s = getattr(x, "sharding", None)
+    if not isinstance(s, jax.sharding.NamedSharding):
+      raise ValueError(
+          f"{name} parameter {jax.tree_util.keystr(path)} has no NamedSharding "
+          f"({s!r}); lay the parameters out with sharding.sharded_init or "
+          "init_player_params.")
+    return s
+  return jax.tree_util.tree_map_with_path(one, params)
+
+
+def opt_state_shardings(opt: optax.GradientTransformation, opt_state, params,
+                        mesh):
+  """NamedShardings of an optimiser state (arrays or shapes) of `opt` for
+  `params` (laid out with NamedShardings): per-parameter leaves (AdamW's
+  moments) like their parameter, the rest (counts) replicated."""
+  return optax.tree_map_params(
+      opt, lambda _, s: s, opt_state, _param_shardings("optimised", params),
+      transform_non_params=lambda _: sharding.replicated(mesh))
+
+
+def state_shardings(players, state, mesh, agent_params, simulator_params):
+  """A NamedSharding for every leaf of `state` (a CoevolveState of arrays or
+  of shapes, e.g. from `jax.eval_shape(initial_state, ...)`).
+
+  Each player's parameters and references keep the layout of
+  `agent_params` / `simulator_params` (jax.Arrays or ShapeDtypeStructs, each
+  with a NamedSharding, shaped like the state's parameters); the
+  optimiser states' per-parameter leaves (AdamW's moments) follow their
+  parameter's layout; everything else (optimiser counts, pools, rng, step)
+  is replicated.
+  """
   replicated = sharding.replicated(mesh)
 
-  def placement(x):
-    s = getattr(x, "sharding", None)
-    return s if isinstance(s, jax.sharding.NamedSharding) else replicated
+  def player(name, opt, player_state, laid_out):
+    params = _param_shardings(name, laid_out)
+    opt_state = opt_state_shardings(opt, player_state.opt_state, laid_out,
+                                    mesh)
+    return coevolve.PlayerState(params=params, opt_state=opt_state,
+                                ref_params=params)
 
-  shardings = jax.tree.map(placement, state)
-  return jax.device_put(state, shardings), shardings
+  return coevolve.CoevolveState(
+      agent=player("agent", players.agent_opt, state.agent, agent_params),
+      simulator=player("simulator", players.simulator_opt, state.simulator,
+                       simulator_params),
+      pool=jax.tree.map(lambda _: replicated, state.pool),
+      generation_pool=jax.tree.map(lambda _: replicated, state.generation_pool),
+      rng=replicated, step=replicated)
+
+
+def create_state(config, domain, players, agent_params, simulator_params,
+                 base_rows, base_difficulty, mesh):
+  """Assembles the step-0 CoevolveState (`initial_state`), placed on the mesh
+  per `state_shardings`. Returns (state, shardings)."""
+  pools = initial_pools(config, domain, base_rows, base_difficulty)
+  build = functools.partial(initial_state, config, players)
+  shapes = jax.eval_shape(build, agent_params, simulator_params, *pools)
+  shardings = state_shardings(players, shapes, mesh, agent_params,
+                              simulator_params)
+  state = jax.jit(build, out_shardings=shardings)(agent_params,
+                                                  simulator_params, *pools)
+  return state, shardings
 
 
 def workdir_path(workdir: str) -> epath.Path:

@@ -86,17 +86,19 @@ def simulator_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
                         rows[targets], rows[targets] != domain.pad_id)
 
 
-def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
-                     *, steps: int, batch_size: int, learning_rate: float,
-                     seed: int, mesh, rules, label: str = ""
-                     ) -> tuple[object, list[float]]:
-  """AdamW on the token NLL of data.target; returns (params, losses per step).
-  With a `label`, prints progress lines (`train.progress`) under it."""
-  if steps <= 0:
-    return params, []
+def supervised_optimizer(learning_rate: float, steps: int
+                         ) -> optax.GradientTransformation:
+  """AdamW with global-norm clipping over a warm-up + cosine schedule."""
   schedule = optax.warmup_cosine_decay_schedule(
       0.0, learning_rate, min(50, steps // 10 + 1), steps, 0.1 * learning_rate)
-  opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule))
+  return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule))
+
+
+def supervised_update(model_config: ModelConfig,
+                      opt: optax.GradientTransformation, mesh, rules):
+  """The jitted warm-start step `(params, opt_state, batch) -> (params,
+  opt_state, loss)`; batch: a SupervisedData of int32/bool [B, P] and [B, R]
+  arrays."""
   loss_fn = functools.partial(policy.nll_loss, model_config)
 
   @jax.jit
@@ -106,6 +108,19 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
     updates, opt_state = opt.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss
 
+  return update
+
+
+def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
+                     *, steps: int, batch_size: int, learning_rate: float,
+                     seed: int, mesh, rules, label: str = ""
+                     ) -> tuple[object, list[float]]:
+  """AdamW on the token NLL of data.target; returns (params, losses per step).
+  With a `label`, prints progress lines (`train.progress`) under it."""
+  if steps <= 0:
+    return params, []
+  opt = supervised_optimizer(learning_rate, steps)
+  update = supervised_update(model_config, opt, mesh, rules)
   opt_state = jax.jit(opt.init)(params)
   rng = np.random.default_rng(seed)
   n = len(data.prompt)

@@ -1,0 +1,481 @@
+"""Compiles every program of a run for a Cloud TPU slice, on a CPU host.
+
+  python -m train.bench.compile_check --config=configs/qwen_tpu.py:7b \\
+      --topology=v4-64 --config.task.tokenizer_dir=DIR [--config.FIELD=VALUE ...]
+
+Needs libtpu (requirements-tpu.txt); no TPU. The slice's devices come from
+`jax.experimental.topologies.get_topology_desc`, the mesh from
+`sharding.make_mesh` over them (`jax.make_mesh`: device order follows the
+chip grid), and each program is lowered with abstract arguments
+(ShapeDtypeStructs carrying the run's shardings) and compiled by libtpu's
+compiler: nothing is allocated, and no weight is built.
+
+Programs, as the run compiles them:
+  warmstart_agent, warmstart_simulator: the stage-1 update of each player
+    (train/warmstart.py), when its step count is > 0;
+  coevolve_step: the co-evolution step as train/loop.py jits it, lowered a
+    second time with its own output's layout (what step 2 is given) to check
+    that it compiles once;
+  heldout: greedy held-out decoding (train/heldout.py) of --heldout_rows rows.
+Per program and device: argument, output, temporary and peak bytes against
+the chip's HBM, XLA's FLOPs and bytes accessed (a loop's body counted once:
+the decode loop and the GRPO minibatch scan run many times), and how often
+it was traced (compiles).
+
+Phases, each compiled on its own (as train/bench/step.py does on a CPU):
+simulator_sample, agent_sample, agent_reference (the GRPO reference's
+log-probs), agent_update (every GRPO minibatch), simulator_reference and
+simulator_update (RWR / PG with its KL-cap pass). Each has a roofline time
+max(FLOPs / peak, HBM bytes / bandwidth) per device, from the model's FLOPs
+(train/bench/common.py; XLA's count misses loop trips) and the weight bytes
+each pass reads (a decode step reads the sampling copy of the weights once),
+and the MFU that time implies: model FLOPs / (time x peak). The peaks are
+vendor figures per chip (train/bench/slices.py).
+
+The last line is `fits=true|false peak_gib=X hbm_gib=Y topology=NAME`
+(the largest peak of any program); the exit status is 1 when a program does
+not fit (libtpu's compiler refuses a program over HBM).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+import re
+import sys
+import time
+from typing import Any, Callable
+
+from absl import app
+from absl import flags
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from ml_collections import config_flags
+import numpy as np
+
+from genenv_jax import coevolve
+from genenv_jax import policy
+from genenv_jax import sharding
+from genenv_jax.sampling import sample
+from genenv_jax.tasks import get_domain
+from models import decoder
+from train import heldout
+from train import loop
+from train import warmstart
+from train.bench import common
+from train.bench import slices
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file(
+    "config", "configs/qwen_tpu.py", "Path to an ml_collections config file.",
+    lock_config=True)
+flags.DEFINE_string("topology", None, "Slice by its gcloud accelerator type: "
+                    "v4-8 .. v4-4096, v5p-8 .., v5litepod-4 .. v5litepod-256, "
+                    "v6e-4 ..")
+flags.DEFINE_integer("heldout_rows", 512, "Held-out tasks the run evaluates "
+                     "(its test split's size).")
+flags.DEFINE_list("programs", [], "Compile only these programs (default: "
+                  "all of warmstart_agent, warmstart_simulator, coevolve_step, "
+                  "heldout).")
+flags.DEFINE_bool("phases", True, "Also compile each phase of the step on its "
+                  "own for the roofline (takes about as long again).")
+
+GIB = 2**30
+OOM = re.compile(r"RESOURCE_EXHAUSTED|Ran out of memory", re.I)
+
+
+def topology_devices(tpu_slice: slices.Slice) -> list:
+  """The slice's TPU devices for compiling on this host (one per chip)."""
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  # Compiling uses no TPU: several checks (or a test beside one) may load
+  # libtpu at once, which its lockfile would otherwise refuse.
+  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+  # v4's chip config defaults to one device per TensorCore; TPU VMs run it
+  # as one device per chip (megacore), as jax.make_mesh requires.
+  extra = {"chip_config_name": "megacore"} if tpu_slice.chip.libtpu_name == "v4" else {}
+  return topologies.get_topology_desc(
+      platform="tpu", topology_name=tpu_slice.topology_name, **extra).devices
+
+
+@dataclasses.dataclass
+class Program:
+  """One compiled program's figures per device (bytes, FLOPs), or its
+  failure to compile (error)."""
+  name: str
+  compiles: int = 0
+  seconds: float = 0.0
+  argument: int = 0
+  output: int = 0
+  temp: int = 0
+  peak: int = 0
+  flops: float = 0.0
+  bytes_accessed: float = 0.0
+  error: str = ""
+
+  @property
+  def fits(self) -> bool:
+    return not self.error
+
+
+def _oom_bytes(message: str) -> int:
+  """The bytes an over-HBM program needs, from libtpu's message."""
+  found = re.search(r"Used ([\d.]+)([KMGT])? of", message)
+  if not found:
+    return 0
+  scale = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, None: 1}
+  return int(float(found.group(1)) * scale[found.group(2)])
+
+
+def compile_program(name: str, fn: Callable, *args,
+                    traces: Callable[[], int] | None = None,
+                    again: Callable[[Any], tuple] | None = None) -> Program:
+  """Lowers and compiles jitted `fn` at abstract `args`.
+
+  traces: how often fn has been traced so far (default: counted here);
+  again: builds, from the compiled output's abstract values, the arguments of
+  the next call (the step's next state), lowered again to count retraces.
+  """
+  count = [0]
+  if traces is None:
+    inner = fn
+
+    def counted(*a):
+      count[0] += 1
+      return inner(*a)
+    fn = jax.jit(counted)
+    traces = lambda: count[0]
+  program = Program(name)
+  tick = time.perf_counter()
+  try:
+    lowered = fn.lower(*args)
+    compiled = lowered.compile()
+  except Exception as error:  # pylint: disable=broad-except
+    if not OOM.search(str(error)):
+      raise
+    program.error = str(error).splitlines()[0][:400]
+    program.peak = _oom_bytes(str(error))
+    program.seconds = time.perf_counter() - tick
+    program.compiles = traces()
+    return program
+  program.seconds = time.perf_counter() - tick
+  if again is not None:
+    fn.lower(*again(compiled.out_info))
+  program.compiles = traces()
+  memory = compiled.memory_analysis()
+  program.argument = memory.argument_size_in_bytes
+  program.output = memory.output_size_in_bytes
+  program.temp = memory.temp_size_in_bytes
+  program.peak = getattr(memory, "peak_memory_in_bytes", 0) or (
+      memory.argument_size_in_bytes + memory.output_size_in_bytes
+      - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  program.flops = float(cost.get("flops", 0.0))
+  program.bytes_accessed = float(cost.get("bytes accessed", 0.0))
+  return program
+
+
+def _abstract(x, s):
+  return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
+
+
+class Setup:
+  """The run's players, mesh, abstract parameters and state on the slice."""
+
+  def __init__(self, config, tpu_slice: slices.Slice, devices):
+    self.config = config
+    self.slice = tpu_slice
+    self.rules = sharding.DEFAULT_RULES
+    self.mesh = sharding.make_mesh(dict(config.mesh), devices)
+    self.domain = get_domain(config.task)
+    self.players = loop.build_players(config, self.domain)
+    self.replicated = sharding.replicated(self.mesh)
+    self.params = {
+        "agent": self._abstract_params(self.players.agent_model),
+        "simulator": self._abstract_params(self.players.simulator_model)}
+    rows = np.zeros((config.pool.num_base, self.domain.task_len), np.int32)
+    pools = loop.initial_pools(config, self.domain, rows,
+                               np.ones(len(rows), np.int32))
+    shapes = jax.eval_shape(
+        functools.partial(loop.initial_state, config, self.players),
+        self.params["agent"], self.params["simulator"], *pools)
+    self.shardings = loop.state_shardings(
+        self.players, shapes, self.mesh, self.params["agent"],
+        self.params["simulator"])
+    self.state = jax.tree.map(_abstract, shapes, self.shardings)
+
+  def _abstract_params(self, model_config):
+    init = functools.partial(decoder.init_boxed, model_config)
+    boxed = jax.eval_shape(init, jax.random.PRNGKey(0))
+    shardings = nn.unbox(sharding.shardings_from_boxed(boxed, self.mesh,
+                                                       self.rules))
+    return jax.tree.map(_abstract, nn.unbox(boxed), shardings)
+
+  def batch(self, shape, dtype, name: str):
+    """An abstract batch array: leading axis over the batch mesh axes when
+    it divides them, else replicated."""
+    try:
+      s = sharding.batch_sharding(self.mesh, self.rules, len(shape), shape,
+                                  name)
+    except ValueError:
+      s = self.replicated
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=s)
+
+  def key(self):
+    return jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=self.replicated)
+
+  def jit(self, fn):
+    return jax.jit(sharding.in_mesh(self.mesh, self.rules)(fn))
+
+
+PROGRAMS = ("warmstart_agent", "warmstart_simulator", "coevolve_step",
+            "heldout")
+
+
+def programs(setup: Setup, heldout_rows: int,
+             only: tuple[str, ...] = PROGRAMS) -> list[Program]:
+  """Compiles the run's programs (see the module doc), those named in `only`;
+  held-out decoding of `heldout_rows` tasks."""
+  unknown = set(only) - set(PROGRAMS)
+  if unknown:
+    raise ValueError(f"--programs: unknown {sorted(unknown)}; expected some "
+                     f"of {PROGRAMS}.")
+  config, domain, players = setup.config, setup.domain, setup.players
+  out = []
+  ws = config.warmstart
+  rows = jax.ShapeDtypeStruct((ws.batch_size, domain.task_len), jnp.int32)
+  agent_target = jax.eval_shape(
+      lambda r: domain.agent_target(domain.parse(r, r != domain.pad_id)), rows)
+  widths = {
+      "agent": (domain.agent_prompt_len, agent_target[0].shape[1]),
+      "simulator": (domain.simulator_prompt_len, domain.task_len)}
+  for player, steps, model in (
+      ("agent", ws.agent_steps, players.agent_model),
+      ("simulator", ws.simulator_steps, players.simulator_model)):
+    if (steps <= 0 or config.warmstart.init_from
+        or f"warmstart_{player}" not in only):
+      continue
+    opt = warmstart.supervised_optimizer(ws.learning_rate, steps)
+    params = setup.params[player]
+    opt_shapes = jax.eval_shape(opt.init, params)
+    opt_state = jax.tree.map(_abstract, opt_shapes, loop.opt_state_shardings(
+        opt, opt_shapes, params, setup.mesh))
+    p, r = widths[player]
+    b = ws.batch_size
+    batch = warmstart.SupervisedData(
+        setup.batch((b, p), jnp.int32, "prompt"),
+        setup.batch((b, p), jnp.bool_, "prompt_mask"),
+        setup.batch((b, r), jnp.int32, "target"),
+        setup.batch((b, r), jnp.bool_, "target_mask"))
+    update = warmstart.supervised_update(model, opt, setup.mesh, setup.rules)
+    out.append(compile_program(f"warmstart_{player}", update, params,
+                               opt_state, batch))
+
+  if "coevolve_step" in only:
+    step = coevolve.jit_step(coevolve.make_step(config, domain, players),
+                             setup.shardings, setup.mesh, setup.rules)
+    out.append(compile_program(
+        "coevolve_step", step.fn, setup.state, traces=step.trace_count,
+        again=lambda info: (jax.tree.map(
+            lambda i: jax.ShapeDtypeStruct(i.shape, i.dtype,
+                                           sharding=i.sharding), info[0]),)))
+  if "heldout" in only:
+    evaluate = heldout.HeldoutEval(
+        domain, players.agent_model,
+        np.zeros((1, domain.task_len), np.int32), np.ones(1, np.int32),
+        setup.mesh, setup.rules, config.curriculum.success_threshold)
+    held_rows = jax.ShapeDtypeStruct((heldout_rows, domain.task_len),
+                                     jnp.int32, sharding=setup.replicated)
+    out.append(compile_program("heldout", evaluate.answer,
+                               setup.params["agent"], held_rows))
+  return out
+
+
+@dataclasses.dataclass
+class Phase:
+  program: Program
+  model_flops: float      # per device
+  weight_bytes: float     # HBM bytes per device the roofline counts
+
+
+def _param_bytes(params, dtype=None) -> float:
+  """Bytes per device of a parameter tree (each leaf's shard), in `dtype`
+  (default: as stored)."""
+  total = 0.0
+  for x in jax.tree.leaves(params):
+    shard = x.sharding.shard_shape(x.shape)
+    total += math.prod(shard) * jnp.dtype(dtype or x.dtype).itemsize
+  return total
+
+
+def phases(setup: Setup) -> list[Phase]:
+  """Compiles each phase of the step on its own (see the module doc)."""
+  config, domain, players = setup.config, setup.domain, setup.players
+  cc = config.coevolve
+  chunk = cc.get("logprob_chunk_size", policy.DEFAULT_CHUNK_SIZE)
+  sim_sampling, agent_sampling = coevolve.sampling_configs(config, domain)
+  seeds, m, g = cc.num_seeds, cc.variations, cc.attempts
+  tasks = seeds * m + config.pool.replay_tasks
+  n, gen = tasks * g, seeds * m
+  pe, lt = domain.simulator_prompt_len, domain.task_len
+  p, r = domain.agent_prompt_len, domain.answer_len
+  agent, sim = players.agent_model, players.simulator_model
+  fwd, train = common.forward_flops_per_token, common.train_flops_per_token
+  devices = setup.mesh.size
+  state = setup.state
+  b = setup.batch
+
+  def sampled(model, params, prompt, mask, key, sampling, num):
+    return sample(model, coevolve.params_for_sampling(
+        model, params, cc.sampling_layout), prompt, mask, key, sampling, num)
+
+  def logprobs(model, temperature):
+    return lambda params, prompt, pmask, resp, rmask: policy.response_logprobs(
+        model, params, prompt, pmask, resp, rmask, temperature, chunk).logp
+
+  def sampling_bytes(model, params):
+    # A decode step reads the sampling copy of the weights (in the compute
+    # dtype; "gathered": whole over fsdp).
+    gathered = cc.sampling_layout == "gathered"
+    return _param_bytes(params, model.dtype) * (
+        setup.mesh.shape["fsdp"] if gathered else 1)
+
+  agent_batch = coevolve.AgentBatch(
+      b((n, p), jnp.int32, "prompt"), b((n, p), jnp.bool_, "prompt_mask"),
+      b((n, r), jnp.int32, "response"), b((n, r), jnp.bool_, "mask"),
+      b((n, r), jnp.float32, "old_logp"), b((n, r), jnp.float32, "ref_logp"),
+      b((n,), jnp.float32, "advantages"))
+  f32 = lambda shape, name: b(shape, jnp.float32, name)
+  specs = [
+      ("simulator_sample",
+       lambda prm, pr, pm, k: sampled(sim, prm, pr, pm, k, sim_sampling, m),
+       (state.simulator.params, b((seeds, pe), jnp.int32, "prompt"),
+        b((seeds, pe), jnp.bool_, "mask"), setup.key()),
+       seeds * pe * fwd(sim, common.causal_context(pe))
+       + gen * lt * fwd(sim, common.sampler_context(pe, lt)),
+       lt * sampling_bytes(sim, state.simulator.params)),
+      ("agent_sample",
+       lambda prm, pr, pm, k: sampled(agent, prm, pr, pm, k, agent_sampling, g),
+       (state.agent.params, b((tasks, p), jnp.int32, "prompt"),
+        b((tasks, p), jnp.bool_, "mask"), setup.key()),
+       tasks * p * fwd(agent, common.causal_context(p))
+       + n * r * fwd(agent, common.sampler_context(p, r)),
+       r * sampling_bytes(agent, state.agent.params)),
+      ("agent_reference", logprobs(agent, cc.agent_temperature),
+       (state.agent.ref_params,) + tuple(agent_batch[:4]),
+       n * (p + r) * fwd(agent, common.causal_context(p + r)),
+       _param_bytes(state.agent.ref_params)),
+      ("agent_update",
+       lambda st, batch, k: coevolve.agent_update(config, players, st, batch, k),
+       (state.agent, agent_batch, setup.key()),
+       cc.agent_epochs * n * (p + r) * train(agent, common.causal_context(p + r)),
+       3 * cc.agent_epochs * cc.agent_minibatches
+       * _param_bytes(state.agent.params)),
+      ("simulator_reference", logprobs(sim, cc.simulator_temperature),
+       (state.simulator.ref_params, b((gen, pe), jnp.int32, "prompt"),
+        b((gen, pe), jnp.bool_, "prompt_mask"), b((gen, lt), jnp.int32, "task"),
+        b((gen, lt), jnp.bool_, "task_mask")),
+       gen * (pe + lt) * fwd(sim, common.causal_context(pe + lt)),
+       _param_bytes(state.simulator.ref_params)),
+  ]
+  if config.simulator_update.method != "none":
+    specs.append((
+        "simulator_update",
+        lambda st, pr, pm, t, tm, old, ref, valid, reward, weights:
+        coevolve.simulator_update(config, players, st, pr, pm, t, tm, old, ref,
+                                  valid, reward, weights, seeds, m),
+        (state.simulator, b((gen, pe), jnp.int32, "prompt"),
+         b((gen, pe), jnp.bool_, "prompt_mask"), b((gen, lt), jnp.int32, "task"),
+         b((gen, lt), jnp.bool_, "task_mask"), f32((gen, lt), "old_logp"),
+         f32((gen, lt), "ref_logp"), b((gen,), jnp.bool_, "valid"),
+         f32((gen,), "reward"), f32((gen,), "weights")),
+        # Forward + backward, then the KL-cap forward.
+        gen * (pe + lt) * (train(sim, common.causal_context(pe + lt))
+                           + fwd(sim, common.causal_context(pe + lt))),
+        4 * _param_bytes(state.simulator.params)))
+  out = []
+  for name, fn, args, flops, weight_bytes in specs:
+    out.append(Phase(compile_program(name, setup.jit(fn), *args),
+                     flops / devices, weight_bytes))
+  return out
+
+
+def _gib(x: float) -> str:
+  return f"{x / GIB:.3f}"
+
+
+def report(tpu_slice: slices.Slice, setup: Setup, progs: list[Program],
+           phase_list: list[Phase], devices_per_chip: int = 1) -> tuple[str, bool]:
+  """The printed report and whether every program fits."""
+  chip = tpu_slice.chip
+  hbm = chip.hbm_gib * GIB / devices_per_chip
+  peak_flops = chip.peak_tflops * 1e12 / devices_per_chip
+  bandwidth = chip.hbm_gbps * 1e9 / devices_per_chip
+  lines = [
+      f"slice {tpu_slice.name}: topology {tpu_slice.topology_name}, "
+      f"{setup.mesh.size} devices (one per chip), mesh "
+      f"{common.describe_mesh(setup.mesh)}; per device {chip.hbm_gib:g} GiB "
+      f"HBM, {chip.peak_tflops:g} TFLOP/s bf16, {chip.hbm_gbps:g} GB/s",
+      "program | compiles | compile_s | argument_gib | output_gib | temp_gib | "
+      "peak_gib | hbm_gib | fits | xla_gflops | xla_gbytes_accessed"]
+  for prog in progs + [ph.program for ph in phase_list]:
+    lines.append(" | ".join([
+        prog.name, str(prog.compiles), f"{prog.seconds:.1f}",
+        _gib(prog.argument), _gib(prog.output), _gib(prog.temp),
+        _gib(prog.peak), _gib(hbm), "yes" if prog.fits else "NO",
+        f"{prog.flops / 1e9:.1f}", f"{prog.bytes_accessed / 1e9:.2f}"]))
+    if prog.error:
+      lines.append(f"  {prog.name}: {prog.error}")
+  if phase_list:
+    lines.append("phase | model_tflops_per_device | hbm_gb_per_device | "
+                 "roofline_s | bound | mfu")
+    total_flops = total_time = 0.0
+    for ph in phase_list:
+      compute, memory = ph.model_flops / peak_flops, ph.weight_bytes / bandwidth
+      seconds = max(compute, memory)
+      total_flops += ph.model_flops
+      total_time += seconds
+      lines.append(" | ".join([
+          ph.program.name, f"{ph.model_flops / 1e12:.2f}",
+          f"{ph.weight_bytes / 1e9:.1f}", f"{seconds:.3f}",
+          "compute" if compute >= memory else "memory",
+          f"{ph.model_flops / (seconds * peak_flops):.2f}" if seconds else "-"]))
+    lines.append(f"step (phases in sequence) | {total_flops / 1e12:.2f} | - | "
+                 f"{total_time:.3f} | - | "
+                 f"{total_flops / (total_time * peak_flops):.2f}")
+  everything = progs + [ph.program for ph in phase_list]
+  fits = all(p.fits and p.peak <= hbm for p in everything)
+  peak = max((p.peak for p in everything), default=0)
+  lines.append(f"fits={'true' if fits else 'false'} peak_gib={peak / GIB:.2f} "
+               f"hbm_gib={hbm / GIB:.2f} topology={tpu_slice.name}")
+  return "\n".join(lines), fits
+
+
+def run(config, topology: str, heldout_rows: int = 512,
+        with_phases: bool = True,
+        only: tuple[str, ...] = PROGRAMS) -> tuple[str, bool]:
+  """Compiles the programs `only` names (and with_phases, the phases) for
+  slice `topology`; returns (report, fits)."""
+  tpu_slice = slices.parse_slice(topology)
+  setup = Setup(config, tpu_slice, topology_devices(tpu_slice))
+  progs = programs(setup, heldout_rows, only)
+  phase_list = phases(setup) if with_phases else []
+  return report(tpu_slice, setup, progs, phase_list)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if not FLAGS.topology:
+    raise app.UsageError("--topology is required, e.g. --topology=v4-64.")
+  text, fits = run(FLAGS.config, FLAGS.topology, FLAGS.heldout_rows,
+                    FLAGS.phases, tuple(FLAGS.programs) or PROGRAMS)
+  print(text, flush=True)
+  sys.exit(0 if fits else 1)
+
+
+if __name__ == "__main__":
+  app.run(main)
