@@ -39,7 +39,10 @@ from train import datasets
 from train import heldout
 from train import init_from as init_from_lib
 from train import metrics_log
+from train import multihost
 from train import run_report
+from train import state_checkpoint
+from train import state_layout
 from train import text_datasets
 from train import warmstart
 
@@ -98,32 +101,41 @@ def create_state(config, domain, players, agent_params, simulator_params,
   """Assembles a CoevolveState, placed on the mesh. Returns (state, shardings).
 
   The current parameters also become the references: the agent's GRPO
-  reference and the simulator's initial model.
+  reference and the simulator's initial model. Every leaf's sharding is
+  derived from the parameters' (train/state_layout.py).
   """
   copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)
+  host = state_layout.host_parts(config, domain, base_rows, base_difficulty)
+  unplaced = coevolve.CoevolveState(
+      agent=coevolve.PlayerState(
+          params=agent_params,
+          opt_state=jax.eval_shape(players.agent_opt.init, agent_params),
+          ref_params=agent_params),
+      simulator=coevolve.PlayerState(
+          params=simulator_params,
+          opt_state=jax.eval_shape(players.simulator_opt.init,
+                                   simulator_params),
+          ref_params=simulator_params),
+      **host)
+  shardings = state_layout.state_shardings(players, unplaced, mesh)
+  everywhere = lambda tree, s: jax.tree.map(sharding.from_host, tree, s)
   state = coevolve.CoevolveState(
       agent=coevolve.PlayerState(
           params=agent_params,
-          opt_state=jax.jit(players.agent_opt.init)(agent_params),
+          opt_state=jax.jit(players.agent_opt.init, out_shardings=(
+              shardings.agent.opt_state))(agent_params),
           ref_params=copy(agent_params)),
       simulator=coevolve.PlayerState(
           params=simulator_params,
-          opt_state=jax.jit(players.simulator_opt.init)(simulator_params),
+          opt_state=jax.jit(players.simulator_opt.init, out_shardings=(
+              shardings.simulator.opt_state))(simulator_params),
           ref_params=copy(simulator_params)),
-      pool=pool_lib.create_task_pool(base_rows, base_difficulty,
-                                     config.pool.capacity),
-      generation_pool=pool_lib.create_generation_pool(
-          config.pool.generation_capacity, domain.simulator_prompt_len, domain.task_len),
-      rng=jax.random.PRNGKey(config.seed + 3),
-      step=np.int32(0))
-  replicated = sharding.replicated(mesh)
-
-  def placement(x):
-    s = getattr(x, "sharding", None)
-    return s if isinstance(s, jax.sharding.NamedSharding) else replicated
-
-  shardings = jax.tree.map(placement, state)
-  return jax.device_put(state, shardings), shardings
+      pool=everywhere(host["pool"], shardings.pool),
+      generation_pool=everywhere(host["generation_pool"],
+                                 shardings.generation_pool),
+      rng=sharding.from_host(host["rng"], shardings.rng),
+      step=sharding.from_host(host["step"], shardings.step))
+  return state, shardings
 
 
 def workdir_path(workdir: str) -> epath.Path:
@@ -228,7 +240,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
     (workdir_path(workdir) / "config.json").write_text(
         config.to_json_best_effort(indent=2))
 
-  train, test = _seed_data(config, domain, workdir)
+  train, test = multihost.chief_first(
+      lambda: _seed_data(config, domain, workdir), "seed data prepared")
   base = base_row_indices(config, train["difficulty"])
 
   jsonl = metrics_log.JsonlWriter(workdir) if chief else None
@@ -240,24 +253,31 @@ def train_and_evaluate(config, workdir: str) -> dict:
       rules, config.curriculum.success_threshold)
   ckpt = _checkpoint_manager(workdir, config)
 
-  agent_key, simulator_key = jax.random.split(jax.random.PRNGKey(config.seed))
-  agent_params = init_player_params(players.agent_model, agent_key, mesh,
-                                    rules, config.agent.get("hf_dir", ""))
-  simulator_params = init_player_params(players.simulator_model, simulator_key, mesh, rules,
-                                  config.simulator.get("hf_dir", ""))
   latest = ckpt.latest_step()
   init_from = config.warmstart.init_from
+  # The state's shapes and layout from jax.eval_shape alone: a resume (or a
+  # start from another run's step 0) restores into it without initialising
+  # or loading any weights.
+  target, shardings = state_layout.abstract_state(
+      config, domain, players, train["task"][base], train["difficulty"][base],
+      mesh, rules)
   if latest is None and not init_from:
     logging.info("Stage 1: warm-starting both players.")
+    agent_key, simulator_key = jax.random.split(
+        jax.random.PRNGKey(config.seed))
+    agent_params = init_player_params(players.agent_model, agent_key, mesh,
+                                      rules, config.agent.get("hf_dir", ""))
+    simulator_params = init_player_params(
+        players.simulator_model, simulator_key, mesh, rules,
+        config.simulator.get("hf_dir", ""))
     agent_params, simulator_params, ws_metrics = warmstart.warmstart(
         config, domain, players.agent_model, players.simulator_model, agent_params,
         simulator_params, train["task"], train["difficulty"], mesh, rules)
-  state, shardings = create_state(config, domain, players, agent_params,
-                                  simulator_params, train["task"][base],
-                                  train["difficulty"][base], mesh)
-  target = jax.tree.map(
-      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-      state, shardings)
+    state, _ = create_state(
+        config, domain, players,
+        jax.device_put(agent_params, shardings.agent.params),
+        jax.device_put(simulator_params, shardings.simulator.params),
+        train["task"][base], train["difficulty"][base], mesh)
   if latest is None:
     if init_from:
       logging.info("Stage 1: the warm-started players of %s.", init_from)
@@ -271,11 +291,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
     writer.write_scalars(0, step0_metrics)
     if chief:
       _save_step0_answers(workdir, step0_answers)
-    ckpt.save(0, args=ocp.args.StandardSave(state))
+    state_checkpoint.save(ckpt, 0, state)
     ckpt.wait_until_finished()
   else:
     logging.info("Resuming from checkpoint at step %d.", latest)
-    state = ckpt.restore(latest, args=ocp.args.StandardRestore(target))
+    state = state_checkpoint.restore(ckpt, latest, target)
     step0_answers = _load_step0_answers(workdir)
     if chief:
       jsonl.truncate_after(latest)
@@ -294,6 +314,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
   logging.info("Stage 2: co-evolution, steps %d..%d.", first + 1, num_steps)
   window = dispatch.DispatchWindow()
   step_metrics = metrics_log.StepMetricsWindow()
+  # Seconds the first call of this process's step took to return: tracing,
+  # compiling (or reading the persistent compilation cache) and dispatch;
+  # logged with the first logged step.
+  first_call_s = None
   for step in range(first + 1, num_steps + 1):
     log_now = step % config.log_every == 0 or step == num_steps
     if log_now:  # time this step alone, not the steps still queued before it
@@ -301,12 +325,16 @@ def train_and_evaluate(config, workdir: str) -> dict:
     with jax.profiler.StepTraceAnnotation("coevolve", step_num=step):
       tick = time.perf_counter()
       state, metrics = step_fn.fn(state)
+      if step == first + 1:
+        first_call_s = time.perf_counter() - tick
       window.push(metrics)
       step_metrics.add(metrics)
       if log_now:
         metrics = step_metrics.mean()
         metrics["perf/step_time_s"] = time.perf_counter() - tick
         metrics["perf/compiles"] = step_fn.trace_count()
+        if first_call_s is not None:
+          metrics["perf/step_compile_s"], first_call_s = first_call_s, None
         writer.write_scalars(step, metrics)
         print(f"step {step}/{num_steps}  success {metrics['env/success_rate']:.2f}"
               f"  difficulty {metrics['env/difficulty_mean']:.2f}"
@@ -320,7 +348,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
       print(f"step {step}: held-out accuracy {eval_metrics['eval/accuracy']:.3f}"
             , flush=True)
     if step % config.checkpoint_every == 0 or step == num_steps:
-      ckpt.save(step, args=ocp.args.StandardSave(state))
+      state_checkpoint.save(ckpt, step, state)
   ckpt.wait_until_finished()
   writer.flush()
   if not chief:
