@@ -21,6 +21,8 @@ CPU collectives then go through gloo.
 from __future__ import annotations
 
 import os
+import sys
+import traceback
 from typing import Callable, Mapping
 
 from absl import app
@@ -149,7 +151,18 @@ def main(argv):
   from train import loop  # pylint: disable=g-import-not-at-top
   logging.info("JAX process %d of %d; devices: %s", jax.process_index(),
                jax.process_count(), jax.devices())
-  summary = loop.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+  if jax.process_count() == 1:
+    summary = loop.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+  else:
+    try:
+      summary = loop.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+    except BaseException:  # pylint: disable=broad-except
+      # A normal exit would wait at jax.distributed's shutdown barrier for
+      # processes that are themselves waiting for this one in a collective:
+      # leave at once, so the job's launcher sees the failure.
+      traceback.print_exc()
+      sys.stderr.flush()
+      os._exit(1)  # pylint: disable=protected-access
   print("Report:", summary.get("plots"))
 
 
