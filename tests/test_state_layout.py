@@ -87,11 +87,13 @@ def test_named_job_reads_flags_then_variables_and_names_what_is_missing():
   env = {"JAX_COORDINATOR_ADDRESS": "h0:1", "JAX_NUM_PROCESSES": "2",
          "JAX_PROCESS_ID": "1"}
   assert main.named_job(environ={}) == {}
+  heartbeat = {"heartbeat_timeout_seconds": main.NAMED_JOB_HEARTBEAT_TIMEOUT_S}
   assert main.named_job(environ=env) == {
-      "coordinator_address": "h0:1", "num_processes": 2, "process_id": 1}
+      "coordinator_address": "h0:1", "num_processes": 2, "process_id": 1,
+      **heartbeat}
   assert main.named_job("127.0.0.1:5", 4, 0, environ=env) == {
       "coordinator_address": "127.0.0.1:5", "num_processes": 4,
-      "process_id": 0}
+      "process_id": 0, **heartbeat}
   with pytest.raises(ValueError, match="--process_id=2"):
     main.named_job("127.0.0.1:5", 2, 2, environ={})
   with pytest.raises(ValueError, match="--coordinator_address=''"):

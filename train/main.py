@@ -59,6 +59,10 @@ HOST_LIST_VARIABLES = ("TPU_WORKER_HOSTNAMES", "TPU_PROCESS_ADDRESSES")
 COORDINATOR_VARIABLE = "JAX_COORDINATOR_ADDRESS"
 NUM_PROCESSES_VARIABLE = "JAX_NUM_PROCESSES"
 PROCESS_ID_VARIABLE = "JAX_PROCESS_ID"
+# Seconds without a heartbeat before the coordinator declares a process dead,
+# for jobs named here: several processes sharing a busy machine's cores can
+# go quiet for longer than JAX's default 100 s while they compile.
+NAMED_JOB_HEARTBEAT_TIMEOUT_S = 900
 
 
 def named_job(coordinator_address: str = "", num_processes: int = 0,
@@ -66,7 +70,8 @@ def named_job(coordinator_address: str = "", num_processes: int = 0,
               environ: Mapping[str, str] = os.environ) -> dict:
   """`jax.distributed.initialize` arguments of a job the command line (or,
   for what it leaves out, the JAX_* variables) names: {} when neither names
-  one; else coordinator_address, num_processes and process_id.
+  one; else coordinator_address, num_processes, process_id and
+  heartbeat_timeout_seconds.
 
   Raises ValueError naming the flag that is missing or out of range.
   """
@@ -84,7 +89,8 @@ def named_job(coordinator_address: str = "", num_processes: int = 0,
         f"{COORDINATOR_VARIABLE}, {NUM_PROCESSES_VARIABLE}, "
         f"{PROCESS_ID_VARIABLE}).")
   return {"coordinator_address": address, "num_processes": count,
-          "process_id": index}
+          "process_id": index,
+          "heartbeat_timeout_seconds": NAMED_JOB_HEARTBEAT_TIMEOUT_S}
 
 
 def multi_host_reason(environ: Mapping[str, str]) -> str | None:
