@@ -10,6 +10,7 @@ wherever the function is compiled.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import math
 from typing import Any, Callable, Mapping, Sequence
@@ -182,12 +183,54 @@ def shardings_from_boxed(boxed_tree, mesh: Mesh, rules: Rules):
       one, boxed_tree, is_leaf=lambda x: isinstance(x, nn.Partitioned))
 
 
+# The mesh of the innermost `mesh_rules` context (for `rows_per_device`).
+_MESH: contextvars.ContextVar[Mesh | None] = contextvars.ContextVar(
+    "genenv_mesh", default=None)
+
+
 @contextlib.contextmanager
 def mesh_rules(mesh: Mesh, rules: Rules):
   """Context in which `nn.with_logical_constraint` applies `rules` on `mesh`."""
-  with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), \
-      nn.logical_axis_rules(tuple(rules)):
-    yield
+  token = _MESH.set(mesh)
+  try:
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), \
+        nn.logical_axis_rules(tuple(rules)):
+      yield
+  finally:
+    _MESH.reset(token)
+
+
+def rows_per_device(fn: Callable[..., jax.Array], *arrays: jax.Array
+                    ) -> jax.Array:
+  """fn(*arrays) computed by each device on its own rows.
+
+  Inside a `mesh_rules` context the arrays' leading axis (all of one length
+  M) is split over the mesh axes the rules give "batch" (padded with zero
+  rows to a multiple of their size) and fn runs on each device's share, so a
+  host callback in fn runs on every process for the rows its devices hold,
+  rather than on one device for the whole batch. Outside such a context
+  fn(*arrays) runs as it is.
+
+  Args:
+    fn: maps arrays [m, ...] to one array [m, ...] row by row.
+    arrays: [M, ...] each.
+
+  Returns:
+    fn's result for all M rows.
+  """
+  mesh = _MESH.get()
+  if mesh is None:
+    return fn(*arrays)
+  axes = dict(nn.get_logical_axis_rules()).get("batch")
+  parts = _mesh_axis_size(mesh, axes)
+  rows = arrays[0].shape[0]
+  pad = -rows % parts
+  padded = [jax.numpy.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1))
+            for a in arrays]
+  spec = PartitionSpec(axes)
+  out = jax.shard_map(fn, mesh=mesh, in_specs=(spec,) * len(arrays),
+                      out_specs=spec, check_vma=False)(*padded)
+  return out[:rows]
 
 
 def in_mesh(mesh: Mesh, rules: Rules) -> Callable[[Callable], Callable]:
@@ -236,12 +279,21 @@ def shard_batch(batch, mesh: Mesh, rules: Rules):
   Raises ValueError naming the leaf when the batch does not divide the mesh.
   """
   def place(path, x):
-    x = np.asarray(x) if not isinstance(x, jax.Array) else x
-    sharding = batch_sharding(mesh, rules, x.ndim, x.shape, _path_name(path)
-                              or "batch")
-    return jax.device_put(x, sharding)
+    sharding = batch_sharding(mesh, rules, np.ndim(x), np.shape(x),
+                              _path_name(path) or "batch")
+    if isinstance(x, jax.Array) and isinstance(x.sharding, NamedSharding):
+      return jax.device_put(x, sharding)
+    return from_host(x, sharding)
   return jax.tree_util.tree_map_with_path(place, batch)
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
+
+
+def from_host(x, sharding: NamedSharding) -> jax.Array:
+  """A global array laid out per `sharding` from `x`, which every process
+  holds whole: each process places only the slices of its own devices (so
+  no process assumes it can reach another's devices)."""
+  x = np.asarray(x)
+  return jax.make_array_from_callback(x.shape, sharding, lambda i: x[i])

@@ -95,8 +95,41 @@ def with_device_count(flags: str, count: int) -> str:
   return " ".join(kept + [f"{DEVICE_COUNT_FLAG}={count}"])
 
 
+def device_count(flags: str) -> int | None:
+  """The device count XLA_FLAGS text `flags` sets, or None."""
+  for flag in flags.split():
+    name, _, value = flag.partition("=")
+    if name == DEVICE_COUNT_FLAG:
+      return int(value)
+  return None
+
+
+def flags_per_process(num_processes: int,
+                      environ: MutableMapping[str, str] = os.environ) -> str:
+  """XLA_FLAGS for each of `num_processes` processes sharing this machine's
+  devices evenly: the total is what XLA_FLAGS sets, else
+  `devices_for_cores(host_cores())`.
+
+  Raises ValueError when the total does not split evenly.
+  """
+  flags = environ.get("XLA_FLAGS", "")
+  total = device_count(flags) or devices_for_cores(host_cores())
+  if num_processes < 1 or total % num_processes:
+    raise ValueError(
+        f"{total} CPU devices do not split evenly over {num_processes} "
+        f"processes (set the total with XLA_FLAGS={DEVICE_COUNT_FLAG}=T).")
+  return with_device_count(flags, total // num_processes)
+
+
 def use_project_settings(environ: MutableMapping[str, str] = os.environ
                          ) -> None:
   """Both of the above: what the entry points (demo, benchmarks) run with."""
   use_library_fusions(environ)
   use_one_device_per_core(environ)
+
+
+if __name__ == "__main__":
+  # `python -m train.cpu_flags N`: the XLA_FLAGS each of N processes on this
+  # machine runs with (launch/multiprocess.sh).
+  import sys  # pylint: disable=g-import-not-at-top
+  print(flags_per_process(int(sys.argv[1])))

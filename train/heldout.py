@@ -3,10 +3,10 @@ the task-by-task comparison of two agents on the held-out tasks."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from genenv_jax import sharding
@@ -50,11 +50,14 @@ class HeldoutEval:
                success_threshold: float = 1.0):
     self._levels = sorted(int(d) for d in np.unique(difficulty))
     self._difficulty = np.asarray(difficulty)
-    self._rows = jnp.asarray(rows)
+    replicated = sharding.replicated(mesh)
+    # Every process holds the rows and gets every answer back (a replicated
+    # output is readable on each process, however many share the mesh).
+    self._rows = sharding.from_host(np.asarray(rows, np.int32), replicated)
     greedy = SamplingConfig(max_new_tokens=domain.answer_len, temperature=0.0,
                             eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
 
-    @jax.jit
+    @functools.partial(jax.jit, out_shardings=replicated)
     @sharding.in_mesh(mesh, rules)
     def answer(params, rows):
       parsed = domain.parse(rows, rows != domain.pad_id)

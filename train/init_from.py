@@ -18,6 +18,7 @@ import orbax.checkpoint as ocp
 
 from configs import flatten
 from train import metrics_log
+from train import state_checkpoint
 
 # Config fields (dotted prefixes) that shape a run's step-0 state: the seed
 # data, both players' architectures, the warm-start, and the pools' shapes
@@ -87,7 +88,7 @@ def restore_step0(config: ml_collections.ConfigDict, target: Any,
           f"config.warmstart.init_from={str(source)!r}: no step-0 checkpoint "
           f"in {source / 'checkpoints'} (has that run finished its "
           "warm-start?).")
-    state = manager.restore(0, args=ocp.args.StandardRestore(target))
+    state = state_checkpoint.restore(manager, 0, target)
   metrics = {}
   for record in metrics_log.read_metrics(source / metrics_log.METRICS_FILE):
     if record["step"] == 0:

@@ -22,7 +22,6 @@ from clu import periodic_actions
 from etils import epath
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
@@ -30,7 +29,6 @@ from orbax.checkpoint import checkpoint_managers
 
 from genenv_jax import coevolve
 from train import dispatch
-from genenv_jax import pool as pool_lib
 from genenv_jax import sharding
 from genenv_jax.tasks import get_domain
 from models import decoder
@@ -42,7 +40,10 @@ from train import heldout
 from train import init_from as init_from_lib
 from train import metrics_log
 from train import progress
+from train import multihost
 from train import run_report
+from train import state_checkpoint
+from train import state_layout
 from train import text_datasets
 from train import warmstart
 
@@ -96,101 +97,45 @@ def init_player_params(model_config, key, mesh, rules, hf_dir: str = ""):
       weights, shardings)
 
 
-def initial_pools(config, domain, base_rows, base_difficulty
-                  ) -> tuple[pool_lib.TaskPool, pool_lib.GenerationPool]:
-  """D_train holding the base rows int32[Nb, task_len] (their difficulty
-  int32[Nb]) and an empty D_env, at the config's capacities."""
-  return (pool_lib.create_task_pool(base_rows, base_difficulty,
-                                    config.pool.capacity),
-          pool_lib.create_generation_pool(
-              config.pool.generation_capacity, domain.simulator_prompt_len,
-              domain.task_len))
-
-
-def initial_state(config, players, agent_params, simulator_params, pool,
-                  generation_pool) -> coevolve.CoevolveState:
-  """The step-0 CoevolveState, not yet placed: fresh optimiser states, and a
-  copy of the current parameters as the references (the agent's GRPO
-  reference, the simulator's initial model).
-
-  Traceable: `jax.eval_shape` of it over abstract parameters gives the
-  state's shapes without building any weight.
-  """
-  def player(params, opt):
-    copy = lambda tree: jax.tree.map(jnp.copy, tree)
-    return coevolve.PlayerState(params=copy(params), opt_state=opt.init(params),
-                                ref_params=copy(params))
-  return coevolve.CoevolveState(
-      agent=player(agent_params, players.agent_opt),
-      simulator=player(simulator_params, players.simulator_opt),
-      pool=pool, generation_pool=generation_pool,
-      rng=jax.random.PRNGKey(config.seed + 3), step=jnp.int32(0))
-
-
-def _param_shardings(name: str, params):
-  """The NamedSharding of every parameter of a player (jax.Arrays or
-  ShapeDtypeStructs that carry one)."""
-  def one(path, x):
-    s = getattr(x, "sharding", None)
-    if not isinstance(s, jax.sharding.NamedSharding):
-      raise ValueError(
-          f"{name} parameter {jax.tree_util.keystr(path)} has no NamedSharding "
-          f"({s!r}); lay the parameters out with sharding.sharded_init or "
-          "init_player_params.")
-    return s
-  return jax.tree_util.tree_map_with_path(one, params)
-
-
-def opt_state_shardings(opt: optax.GradientTransformation, opt_state, params,
-                        mesh):
-  """NamedShardings of an optimiser state (arrays or shapes) of `opt` for
-  `params` (laid out with NamedShardings): per-parameter leaves (AdamW's
-  moments) like their parameter, the rest (counts) replicated."""
-  return optax.tree_map_params(
-      opt, lambda _, s: s, opt_state, _param_shardings("optimised", params),
-      transform_non_params=lambda _: sharding.replicated(mesh))
-
-
-def state_shardings(players, state, mesh, agent_params, simulator_params):
-  """A NamedSharding for every leaf of `state` (a CoevolveState of arrays or
-  of shapes, e.g. from `jax.eval_shape(initial_state, ...)`).
-
-  Each player's parameters and references keep the layout of
-  `agent_params` / `simulator_params` (jax.Arrays or ShapeDtypeStructs, each
-  with a NamedSharding, shaped like the state's parameters); the
-  optimiser states' per-parameter leaves (AdamW's moments) follow their
-  parameter's layout; everything else (optimiser counts, pools, rng, step)
-  is replicated.
-  """
-  replicated = sharding.replicated(mesh)
-
-  def player(name, opt, player_state, laid_out):
-    params = _param_shardings(name, laid_out)
-    opt_state = opt_state_shardings(opt, player_state.opt_state, laid_out,
-                                    mesh)
-    return coevolve.PlayerState(params=params, opt_state=opt_state,
-                                ref_params=params)
-
-  return coevolve.CoevolveState(
-      agent=player("agent", players.agent_opt, state.agent, agent_params),
-      simulator=player("simulator", players.simulator_opt, state.simulator,
-                       simulator_params),
-      pool=jax.tree.map(lambda _: replicated, state.pool),
-      generation_pool=jax.tree.map(lambda _: replicated, state.generation_pool),
-      rng=replicated, step=replicated)
-
-
 def create_state(config, domain, players, agent_params, simulator_params,
                  base_rows, base_difficulty, mesh):
-  """Assembles the step-0 CoevolveState (`initial_state`), placed on the mesh
-  per `state_shardings`. Returns (state, shardings)."""
-  pools = initial_pools(config, domain, base_rows, base_difficulty)
-  build = functools.partial(initial_state, config, players)
-  shapes = jax.eval_shape(build, agent_params, simulator_params, *pools)
-  shardings = state_shardings(players, shapes, mesh, agent_params,
-                              simulator_params)
-  state = jax.jit(build, out_shardings=shardings)(agent_params,
-                                                  simulator_params, *pools)
+  """Assembles a CoevolveState, placed on the mesh. Returns (state, shardings).
+
+  The current parameters also become the references: the agent's GRPO
+  reference and the simulator's initial model. Every leaf's sharding is
+  derived from the parameters' (train/state_layout.py).
+  """
+  copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)
+  host = state_layout.host_parts(config, domain, base_rows, base_difficulty)
+  unplaced = coevolve.CoevolveState(
+      agent=coevolve.PlayerState(
+          params=agent_params,
+          opt_state=jax.eval_shape(players.agent_opt.init, agent_params),
+          ref_params=agent_params),
+      simulator=coevolve.PlayerState(
+          params=simulator_params,
+          opt_state=jax.eval_shape(players.simulator_opt.init,
+                                   simulator_params),
+          ref_params=simulator_params),
+      **host)
+  shardings = state_layout.state_shardings(players, unplaced, mesh)
+  everywhere = lambda tree, s: jax.tree.map(sharding.from_host, tree, s)
+  state = coevolve.CoevolveState(
+      agent=coevolve.PlayerState(
+          params=agent_params,
+          opt_state=jax.jit(players.agent_opt.init, out_shardings=(
+              shardings.agent.opt_state))(agent_params),
+          ref_params=copy(agent_params)),
+      simulator=coevolve.PlayerState(
+          params=simulator_params,
+          opt_state=jax.jit(players.simulator_opt.init, out_shardings=(
+              shardings.simulator.opt_state))(simulator_params),
+          ref_params=copy(simulator_params)),
+      pool=everywhere(host["pool"], shardings.pool),
+      generation_pool=everywhere(host["generation_pool"],
+                                 shardings.generation_pool),
+      rng=sharding.from_host(host["rng"], shardings.rng),
+      step=sharding.from_host(host["step"], shardings.step))
   return state, shardings
 
 
@@ -291,7 +236,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
         config.to_json_best_effort(indent=2))
 
   progress.say("Preparing the seed data.")
-  train, test = _seed_data(config, domain, workdir)
+  train, test = multihost.chief_first(
+      lambda: _seed_data(config, domain, workdir), "seed data prepared")
   base = base_row_indices(config, train["difficulty"])
 
   jsonl = metrics_log.JsonlWriter(workdir) if chief else None
@@ -303,24 +249,31 @@ def train_and_evaluate(config, workdir: str) -> dict:
       rules, config.curriculum.success_threshold)
   ckpt = _checkpoint_manager(workdir, config)
 
-  agent_key, simulator_key = jax.random.split(jax.random.PRNGKey(config.seed))
-  agent_params = init_player_params(players.agent_model, agent_key, mesh,
-                                    rules, config.agent.get("hf_dir", ""))
-  simulator_params = init_player_params(players.simulator_model, simulator_key, mesh, rules,
-                                  config.simulator.get("hf_dir", ""))
   latest = ckpt.latest_step()
   init_from = config.warmstart.init_from
+  # The state's shapes and layout from jax.eval_shape alone: a resume (or a
+  # start from another run's step 0) restores into it without initialising
+  # or loading any weights.
+  target, shardings = state_layout.abstract_state(
+      config, domain, players, train["task"][base], train["difficulty"][base],
+      mesh, rules)
   if latest is None and not init_from:
     progress.say("Stage 1: warm-starting both players.")
+    agent_key, simulator_key = jax.random.split(
+        jax.random.PRNGKey(config.seed))
+    agent_params = init_player_params(players.agent_model, agent_key, mesh,
+                                      rules, config.agent.get("hf_dir", ""))
+    simulator_params = init_player_params(
+        players.simulator_model, simulator_key, mesh, rules,
+        config.simulator.get("hf_dir", ""))
     agent_params, simulator_params, ws_metrics = warmstart.warmstart(
         config, domain, players.agent_model, players.simulator_model, agent_params,
         simulator_params, train["task"], train["difficulty"], mesh, rules)
-  state, shardings = create_state(config, domain, players, agent_params,
-                                  simulator_params, train["task"][base],
-                                  train["difficulty"][base], mesh)
-  target = jax.tree.map(
-      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-      state, shardings)
+    state, _ = create_state(
+        config, domain, players,
+        jax.device_put(agent_params, shardings.agent.params),
+        jax.device_put(simulator_params, shardings.simulator.params),
+        train["task"][base], train["difficulty"][base], mesh)
   if latest is None:
     if init_from:
       progress.say(f"Stage 1: the warm-started players of {init_from}.")
@@ -335,11 +288,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
     writer.write_scalars(0, step0_metrics)
     if chief:
       _save_step0_answers(workdir, step0_answers)
-    ckpt.save(0, args=ocp.args.StandardSave(state))
+    state_checkpoint.save(ckpt, 0, state)
     ckpt.wait_until_finished()
   else:
     progress.say(f"Resuming from checkpoint at step {latest}.")
-    state = ckpt.restore(latest, args=ocp.args.StandardRestore(target))
+    state = state_checkpoint.restore(ckpt, latest, target)
     step0_answers = _load_step0_answers(workdir)
     if chief:
       jsonl.truncate_after(latest)
@@ -359,6 +312,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
   window = dispatch.DispatchWindow()
   step_metrics = metrics_log.StepMetricsWindow()
   reporter = progress.Progress("stage 2:", num_steps)
+  # Seconds the first call of this process's step took to return: tracing,
+  # compiling (or reading the persistent compilation cache) and dispatch;
+  # logged with the first logged step.
+  first_call_s = None
   for step in range(first + 1, num_steps + 1):
     log_now = step % config.log_every == 0 or step == num_steps
     if log_now:  # time this step alone, not the steps still queued before it
@@ -366,12 +323,16 @@ def train_and_evaluate(config, workdir: str) -> dict:
     with jax.profiler.StepTraceAnnotation("coevolve", step_num=step):
       tick = time.perf_counter()
       state, metrics = step_fn.fn(state)
+      if step == first + 1:
+        first_call_s = time.perf_counter() - tick
       window.push(metrics)
       step_metrics.add(metrics)
       if log_now:
         metrics = step_metrics.mean()
         metrics["perf/step_time_s"] = time.perf_counter() - tick
         metrics["perf/compiles"] = step_fn.trace_count()
+        if first_call_s is not None:
+          metrics["perf/step_compile_s"], first_call_s = first_call_s, None
         writer.write_scalars(step, metrics)
         summary_line = (f"success {metrics['env/success_rate']:.2f}  "
                         f"difficulty {metrics['env/difficulty_mean']:.2f}  "
@@ -386,7 +347,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
       progress.say(f"stage 2: step {step}  held-out accuracy "
                    f"{eval_metrics['eval/accuracy']:.3f}")
     if step % config.checkpoint_every == 0 or step == num_steps:
-      ckpt.save(step, args=ocp.args.StandardSave(state))
+      state_checkpoint.save(ckpt, step, state)
   ckpt.wait_until_finished()
   writer.flush()
   if not chief:

@@ -10,11 +10,19 @@ On several hosts (a TPU pod slice) every host runs the same command;
 any device is touched. Its default, auto, does so when the environment names
 more than one host (TPU_WORKER_HOSTNAMES or TPU_PROCESS_ADDRESSES) or a
 coordinator (JAX_COORDINATOR_ADDRESS); on one host it does nothing.
+
+Several processes on one machine (`launch/multiprocess.sh N`) name the job
+themselves: `--coordinator_address=HOST:PORT --num_processes=N
+--process_id=I` (or the variables JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
+JAX_PROCESS_ID), each process with its own share of the CPU devices. Their
+CPU collectives then go through gloo.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import traceback
 from typing import Callable, Mapping
 
 from absl import app
@@ -38,11 +46,55 @@ flags.DEFINE_bool("library_logs", False, "Show the INFO logs of the libraries "
                   "(orbax, tensorflow-datasets, TensorFlow, JAX) and the "
                   "driver's own; off, the console shows progress lines and "
                   "warnings.")
+flags.DEFINE_string("coordinator_address", "",
+                    "HOST:PORT of process 0 of a job this command names "
+                    "itself (default: $JAX_COORDINATOR_ADDRESS).")
+flags.DEFINE_integer("num_processes", 0, "Processes in that job (default: "
+                     "$JAX_NUM_PROCESSES).")
+flags.DEFINE_integer("process_id", -1, "This process's index in it, 0 .. "
+                     "num_processes - 1 (default: $JAX_PROCESS_ID).")
+flags.DEFINE_string("compilation_cache_dir", "auto",
+                    "Persistent XLA compilation cache: a directory, auto "
+                    "(<workdir>/xla_cache) or none.")
 flags.mark_flags_as_required(["workdir"])
 
 # Variables holding a comma-separated list of the job's hosts.
 HOST_LIST_VARIABLES = ("TPU_WORKER_HOSTNAMES", "TPU_PROCESS_ADDRESSES")
 COORDINATOR_VARIABLE = "JAX_COORDINATOR_ADDRESS"
+NUM_PROCESSES_VARIABLE = "JAX_NUM_PROCESSES"
+PROCESS_ID_VARIABLE = "JAX_PROCESS_ID"
+# Seconds without a heartbeat before the coordinator declares a process dead,
+# for jobs named here: several processes sharing a busy machine's cores can
+# go quiet for longer than JAX's default 100 s while they compile.
+NAMED_JOB_HEARTBEAT_TIMEOUT_S = 900
+
+
+def named_job(coordinator_address: str = "", num_processes: int = 0,
+              process_id: int = -1,
+              environ: Mapping[str, str] = os.environ) -> dict:
+  """`jax.distributed.initialize` arguments of a job the command line (or,
+  for what it leaves out, the JAX_* variables) names: {} when neither names
+  one; else coordinator_address, num_processes, process_id and
+  heartbeat_timeout_seconds.
+
+  Raises ValueError naming the flag that is missing or out of range.
+  """
+  address = coordinator_address or environ.get(COORDINATOR_VARIABLE, "")
+  count = num_processes or int(environ.get(NUM_PROCESSES_VARIABLE, 0) or 0)
+  index = process_id if process_id >= 0 else int(
+      environ.get(PROCESS_ID_VARIABLE, -1) or -1)
+  if not count and index < 0:
+    return {}
+  if not address or count < 1 or not 0 <= index < count:
+    raise ValueError(
+        f"--coordinator_address={address!r} --num_processes={count} "
+        f"--process_id={index}: a job named here needs all three, with "
+        "0 <= process_id < num_processes (or the variables "
+        f"{COORDINATOR_VARIABLE}, {NUM_PROCESSES_VARIABLE}, "
+        f"{PROCESS_ID_VARIABLE}).")
+  return {"coordinator_address": address, "num_processes": count,
+          "process_id": index,
+          "heartbeat_timeout_seconds": NAMED_JOB_HEARTBEAT_TIMEOUT_S}
 
 
 def multi_host_reason(environ: Mapping[str, str]) -> str | None:
@@ -58,19 +110,27 @@ def multi_host_reason(environ: Mapping[str, str]) -> str | None:
 
 def maybe_initialize_distributed(
     mode: str, environ: Mapping[str, str] = os.environ,
-    initialize: Callable[[], None] | None = None) -> bool:
-  """Calls `initialize()` (default `jax.distributed.initialize`) for mode
-  "true", or for "auto" on several hosts.
+    initialize: Callable[..., None] | None = None,
+    job: Mapping[str, object] | None = None) -> bool:
+  """Calls `initialize(**job)` (default `jax.distributed.initialize`) for
+  mode "true", or for "auto" on several hosts or when `job` (a `named_job`)
+  names the processes. XLA:CPU's collectives across processes go through
+  gloo (other backends ignore that setting).
 
   Returns whether it did. Raises ValueError naming an unknown mode.
   """
   if mode not in ("auto", "true", "false"):
     raise ValueError(f"--distributed={mode!r}; expected auto, true or false.")
-  reason = multi_host_reason(environ) if mode == "auto" else None
+  job = dict(job or {})
+  reason = None
+  if mode == "auto":
+    reason = (f"{job['num_processes']} processes named"
+              if job else multi_host_reason(environ))
   if mode == "true" or reason:
     logging.info("Initialising multi-host JAX (%s).",
                  reason or "--distributed=true")
-    (initialize or jax.distributed.initialize)()
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    (initialize or jax.distributed.initialize)(**job)
     return True
   return False
 
@@ -81,6 +141,14 @@ def quiet_library_logs() -> None:
   TensorFlow is first imported, so call this before)."""
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   logging.set_verbosity(logging.WARNING)
+def compilation_cache_dir(flag: str, workdir: str) -> str | None:
+  """The persistent compilation cache's directory for --compilation_cache_dir
+  `flag`: auto is <workdir>/xla_cache, so a resumed run reads the programs
+  its first run compiled; none turns the cache off."""
+  if flag == "none":
+    return None
+  path = workdir.rstrip("/") + "/xla_cache" if flag == "auto" else flag
+  return path if "://" in path else os.path.abspath(path)
 
 
 def main(argv):
@@ -89,13 +157,30 @@ def main(argv):
   cpu_flags.use_project_settings()  # before JAX initialises a backend
   if not FLAGS.library_logs:
     quiet_library_logs()
-  maybe_initialize_distributed(FLAGS.distributed)
+  maybe_initialize_distributed(
+      FLAGS.distributed, job=named_job(FLAGS.coordinator_address,
+                                       FLAGS.num_processes, FLAGS.process_id))
+  cache_dir = compilation_cache_dir(FLAGS.compilation_cache_dir,
+                                    FLAGS.workdir)
+  if cache_dir:
+    jax.config.update("jax_compilation_cache_dir", cache_dir)
   # Imported here: the driver pulls in TensorFlow (through clu), which this
   # module's flags and multi-host set-up do not need.
   from train import loop  # pylint: disable=g-import-not-at-top
   logging.info("JAX process %d of %d; devices: %s", jax.process_index(),
                jax.process_count(), jax.devices())
-  summary = loop.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+  if jax.process_count() == 1:
+    summary = loop.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+  else:
+    try:
+      summary = loop.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+    except BaseException:  # pylint: disable=broad-except
+      # A normal exit would wait at jax.distributed's shutdown barrier for
+      # processes that are themselves waiting for this one in a collective:
+      # leave at once, so the job's launcher sees the failure.
+      traceback.print_exc()
+      sys.stderr.flush()
+      os._exit(1)  # pylint: disable=protected-access
   print("Report:", summary.get("plots"))
 
 

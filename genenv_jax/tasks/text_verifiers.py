@@ -17,7 +17,9 @@ the two texts does not match.)
             common / reference length.
 
 Host verifiers decode both spans with the tokenizer and score the text in Python,
-called from inside the jitted step through `jax.pure_callback`. They return a
+called from inside the jitted step through `jax.pure_callback`, by each device on
+the rows it holds (`sharding.rows_per_device`: every process scores its own share
+of a batch). They return a
 float32[M] of fixed shape whatever the tokens are, and score 0 for anything they
 cannot read (a scorer exception is a 0, never a crash). Each takes time linear in the
 lengths of the two texts; tool_call and bfcl score 0 on text past `scoring.bfcl`'s
@@ -50,6 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from genenv_jax import sharding
 from genenv_jax.scoring import apibank
 from genenv_jax.scoring import bfcl
 
@@ -421,11 +424,15 @@ def host_scores(verifier: HostVerifier, decode: Callable[[Sequence[int]], str],
     return _score_rows(verifier, decode, eos_id, vocab_size,
                        *(np.asarray(a) for a in arrays))
 
-  return jax.pure_callback(
-      score, jax.ShapeDtypeStruct((response.shape[0],), jnp.float32),
-      jnp.asarray(response, jnp.int32), jnp.asarray(response_mask, bool),
-      jnp.asarray(reference, jnp.int32), jnp.asarray(reference_mask, bool),
-      vmap_method="sequential")
+  def on_rows(*arrays):
+    return jax.pure_callback(
+        score, jax.ShapeDtypeStruct((arrays[0].shape[0],), jnp.float32),
+        *arrays, vmap_method="sequential")
+
+  return sharding.rows_per_device(
+      on_rows, jnp.asarray(response, jnp.int32),
+      jnp.asarray(response_mask, bool), jnp.asarray(reference, jnp.int32),
+      jnp.asarray(reference_mask, bool))
 
 
 def host_reference_ok(verifier: HostVerifier, decode: Callable[[Sequence[int]], str],
@@ -436,7 +443,11 @@ def host_reference_ok(verifier: HostVerifier, decode: Callable[[Sequence[int]], 
     return _check_rows(verifier, decode, eos_id, vocab_size,
                        *(np.asarray(a) for a in arrays))
 
-  return jax.pure_callback(
-      check, jax.ShapeDtypeStruct((reference.shape[0],), jnp.bool_),
-      jnp.asarray(reference, jnp.int32), jnp.asarray(reference_mask, bool),
-      vmap_method="sequential")
+  def on_rows(*arrays):
+    return jax.pure_callback(
+        check, jax.ShapeDtypeStruct((arrays[0].shape[0],), jnp.bool_),
+        *arrays, vmap_method="sequential")
+
+  return sharding.rows_per_device(
+      on_rows, jnp.asarray(reference, jnp.int32),
+      jnp.asarray(reference_mask, bool))

@@ -40,7 +40,6 @@ not fit (libtpu's compiler refuses a program over HBM).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import os
 import re
@@ -50,7 +49,6 @@ from typing import Any, Callable
 
 from absl import app
 from absl import flags
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from ml_collections import config_flags
@@ -61,9 +59,9 @@ from genenv_jax import policy
 from genenv_jax import sharding
 from genenv_jax.sampling import sample
 from genenv_jax.tasks import get_domain
-from models import decoder
 from train import heldout
 from train import loop
+from train import state_layout
 from train import warmstart
 from train.bench import common
 from train.bench import slices
@@ -193,26 +191,12 @@ class Setup:
     self.domain = get_domain(config.task)
     self.players = loop.build_players(config, self.domain)
     self.replicated = sharding.replicated(self.mesh)
-    self.params = {
-        "agent": self._abstract_params(self.players.agent_model),
-        "simulator": self._abstract_params(self.players.simulator_model)}
     rows = np.zeros((config.pool.num_base, self.domain.task_len), np.int32)
-    pools = loop.initial_pools(config, self.domain, rows,
-                               np.ones(len(rows), np.int32))
-    shapes = jax.eval_shape(
-        functools.partial(loop.initial_state, config, self.players),
-        self.params["agent"], self.params["simulator"], *pools)
-    self.shardings = loop.state_shardings(
-        self.players, shapes, self.mesh, self.params["agent"],
-        self.params["simulator"])
-    self.state = jax.tree.map(_abstract, shapes, self.shardings)
-
-  def _abstract_params(self, model_config):
-    init = functools.partial(decoder.init_boxed, model_config)
-    boxed = jax.eval_shape(init, jax.random.PRNGKey(0))
-    shardings = nn.unbox(sharding.shardings_from_boxed(boxed, self.mesh,
-                                                       self.rules))
-    return jax.tree.map(_abstract, nn.unbox(boxed), shardings)
+    self.state, self.shardings = state_layout.abstract_state(
+        config, self.domain, self.players, rows, np.ones(len(rows), np.int32),
+        self.mesh, self.rules)
+    self.params = {"agent": self.state.agent.params,
+                   "simulator": self.state.simulator.params}
 
   def batch(self, shape, dtype, name: str):
     """An abstract batch array: leading axis over the batch mesh axes when
@@ -261,8 +245,12 @@ def programs(setup: Setup, heldout_rows: int,
     opt = warmstart.supervised_optimizer(ws.learning_rate, steps)
     params = setup.params[player]
     opt_shapes = jax.eval_shape(opt.init, params)
-    opt_state = jax.tree.map(_abstract, opt_shapes, loop.opt_state_shardings(
-        opt, opt_shapes, params, setup.mesh))
+    opt_state = jax.tree.map(_abstract, opt_shapes,
+                             state_layout.opt_state_shardings(
+                                 opt, opt_shapes,
+                                 state_layout.param_shardings(
+                                     params, setup.mesh, player),
+                                 setup.mesh, player))
     p, r = widths[player]
     b = ws.batch_size
     batch = warmstart.SupervisedData(
@@ -384,14 +372,15 @@ def phases(setup: Setup) -> list[Phase]:
   if config.simulator_update.method != "none":
     specs.append((
         "simulator_update",
-        lambda st, pr, pm, t, tm, old, ref, valid, reward, weights:
-        coevolve.simulator_update(config, players, st, pr, pm, t, tm, old, ref,
-                                  valid, reward, weights, seeds, m),
-        (state.simulator, b((gen, pe), jnp.int32, "prompt"),
-         b((gen, pe), jnp.bool_, "prompt_mask"), b((gen, lt), jnp.int32, "task"),
-         b((gen, lt), jnp.bool_, "task_mask"), f32((gen, lt), "old_logp"),
-         f32((gen, lt), "ref_logp"), b((gen,), jnp.bool_, "valid"),
-         f32((gen,), "reward"), f32((gen,), "weights")),
+        lambda st, batch: coevolve.simulator_update(config, players, st,
+                                                    batch),
+        (state.simulator, coevolve.SimulatorBatch(
+            b((gen, pe), jnp.int32, "prompt"),
+            b((gen, pe), jnp.bool_, "prompt_mask"),
+            b((gen, lt), jnp.int32, "task"), b((gen, lt), jnp.bool_, "task_mask"),
+            f32((gen, lt), "old_logp"), f32((gen, lt), "ref_logp"),
+            b((gen,), jnp.bool_, "valid"), f32((gen,), "reward"),
+            f32((gen,), "weights"))),
         # Forward + backward, then the KL-cap forward.
         gen * (pe + lt) * (train(sim, common.causal_context(pe + lt))
                            + fwd(sim, common.causal_context(pe + lt))),

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs one train.main job as N JAX processes on this machine:
+#   ./launch/multiprocess.sh N [train.main flags ...]
+#   e.g. ./launch/multiprocess.sh 2 --config=configs/default.py:smoke --workdir=/tmp/mp
+# The CPU devices split evenly: with XLA_FLAGS=--xla_force_host_platform_device_count=T
+# (default: one per core, as train.main would use) each process gets T/N. Process 0
+# listens on a free local port as the coordinator. Waits for all processes; when one
+# fails, stops the others and exits with its status. Output: process 0 on this
+# terminal, process I (> 0) in $GENENV_LOG_DIR/process_I.log when that is set, else
+# here too. The Python is $GENENV_PYTHON, else .venv/bin/python, else python3.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [[ $# -lt 1 || ! $1 =~ ^[1-9][0-9]*$ ]]; then
+  echo "usage: $0 N [train.main flags ...]  (N: number of processes)" >&2
+  exit 2
+fi
+n=$1
+shift
+python="${GENENV_PYTHON:-}"
+[[ -n $python ]] || { [[ -x $ROOT/.venv/bin/python ]] && python="$ROOT/.venv/bin/python"; } || python=python3
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}"
+XLA_FLAGS="$("$python" -m train.cpu_flags "$n")"
+export XLA_FLAGS
+port="$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+
+pids=()
+stop_all() { local p; for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap 'stop_all' INT TERM
+for ((i = 0; i < n; i++)); do
+  log=/dev/stdout
+  if [[ $i -gt 0 && -n ${GENENV_LOG_DIR:-} ]]; then
+    mkdir -p "$GENENV_LOG_DIR"
+    log="$GENENV_LOG_DIR/process_$i.log"
+  fi
+  "$python" -m train.main --coordinator_address="127.0.0.1:$port" \
+    --num_processes="$n" --process_id="$i" "$@" >"$log" 2>&1 &
+  pids+=($!)
+done
+status=0
+running=("${pids[@]}")
+while [[ ${#running[@]} -gt 0 ]]; do
+  rc=0
+  finished=""
+  wait -n -p finished "${running[@]}" || rc=$?
+  kept=()
+  for p in "${running[@]}"; do [[ $p == "$finished" ]] || kept+=("$p"); done
+  running=("${kept[@]}")
+  if [[ $rc -ne 0 ]]; then
+    echo "multiprocess.sh: process $finished exited with status $rc; stopping the others." >&2
+    stop_all
+    wait || true
+    status=$rc
+    break
+  fi
+done
+exit "$status"
