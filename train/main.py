@@ -20,6 +20,7 @@ CPU collectives then go through gloo.
 
 from __future__ import annotations
 
+import logging as python_logging
 import os
 import sys
 import traceback
@@ -138,9 +139,15 @@ def maybe_initialize_distributed(
 def quiet_library_logs() -> None:
   """Warnings and errors only, from Python loggers (absl's verbosity sets the
   root logger's level) and from TensorFlow's C++ start-up (read when
-  TensorFlow is first imported, so call this before)."""
+  TensorFlow is first imported, so call this before); tensorflow-datasets'
+  warnings are dropped too."""
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   logging.set_verbosity(logging.WARNING)
+  # tensorflow-datasets warns on every load of a builder config made in code
+  # ("Using custom data configuration"), which is how the seed data is built.
+  logging.get_absl_handler().addFilter(
+      lambda record: record.levelno >= python_logging.ERROR
+      or "tensorflow_datasets" not in record.pathname)
 def compilation_cache_dir(flag: str, workdir: str) -> str | None:
   """The persistent compilation cache's directory for --compilation_cache_dir
   `flag`: auto is <workdir>/xla_cache, so a resumed run reads the programs
