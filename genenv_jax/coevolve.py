@@ -146,9 +146,17 @@ def agent_update(config, players: Players, agent: PlayerState,
       mb = jax.tree.map(lambda x: x[idx], batch)
       (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
           params, mb)
-      updates, opt_state = players.agent_opt.update(grads, opt_state, params)
-      params = optax.apply_updates(params, updates)
-      metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
+      updates, new_opt_state = players.agent_opt.update(grads, opt_state,
+                                                        params)
+      grad_norm = optax.tree.norm(grads)
+      # A non-finite loss or gradient skips the update (counted).
+      finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+      params, opt_state = jax.tree.map(
+          lambda new, old: jnp.where(finite, new, old),
+          (optax.apply_updates(params, updates), new_opt_state),
+          (params, opt_state))
+      metrics = dict(metrics, loss=loss, grad_norm=grad_norm,
+                     skipped_updates=1.0 - finite.astype(jnp.float32))
       return (params, opt_state), metrics
 
     return jax.lax.scan(one_minibatch, (params, opt_state), perm)
@@ -156,7 +164,8 @@ def agent_update(config, players: Players, agent: PlayerState,
   (params, opt_state), metrics = jax.lax.scan(
       one_epoch, (agent.params, agent.opt_state),
       jax.random.split(rng, cc.agent_epochs))
-  metrics = jax.tree.map(jnp.mean, metrics)
+  skipped = metrics.pop("skipped_updates").sum()
+  metrics = dict(jax.tree.map(jnp.mean, metrics), skipped_updates=skipped)
   return agent.replace(params=params, opt_state=opt_state), metrics
 
 
@@ -211,12 +220,18 @@ def simulator_update(config, players: Players, simulator: PlayerState, prompt,
       losses.kl_estimate(old_logp, scores(candidate).logp, "k3"), step_mask)
   scale = losses.kl_cap_scale(step_kl, eu.kl_cap)
   params = losses.scale_update(simulator.params, candidate, scale)
+  # A non-finite loss, gradient or update KL skips the update (counted).
+  finite = (jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads))
+            & jnp.isfinite(step_kl))
+  skipped = learn & ~finite
+  learn = learn & finite
   params = jax.tree.map(lambda new, old: jnp.where(learn, new, old), params,
                         simulator.params)
   opt_state = jax.tree.map(lambda new, old: jnp.where(learn, new, old),
                            opt_state, simulator.opt_state)
   metrics = dict(metrics, loss=loss, update_kl=step_kl * scale**2,
-                 kl_scale=scale, updated=learn.astype(jnp.float32))
+                 kl_scale=scale, updated=learn.astype(jnp.float32),
+                 skipped_updates=skipped.astype(jnp.float32))
   return simulator.replace(params=params, opt_state=opt_state), metrics
 
 
@@ -401,6 +416,7 @@ def make_step(config, domain: TaskDomain, players: Players
         "agent/loss": agent_metrics["loss"],
         "agent/clip_frac": agent_metrics["clip_frac"],
         "agent/grad_norm": agent_metrics["grad_norm"],
+        "agent/skipped_updates": agent_metrics["skipped_updates"],
         "agent/response_len": _masked_mean(agent_out.lengths, attempt_valid),
         "pool/size": state.pool.size,
         "pool/env_size": state.generation_pool.size,

@@ -92,5 +92,6 @@ def restore_step0(config: ml_collections.ConfigDict, target: Any,
   for record in metrics_log.read_metrics(source / metrics_log.METRICS_FILE):
     if record["step"] == 0:
       metrics.update({k: v for k, v in record.items()
-                      if k != "step" and v is not None})
+                      if k not in ("step", metrics_log.NONFINITE_KEY)
+                      and v is not None})
   return state, metrics

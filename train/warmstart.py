@@ -11,11 +11,16 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
+from absl import logging
+from etils import epath
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
+from train import checkpointing
 from train import dispatch
+from train import nonfinite
 from genenv_jax import policy
 from genenv_jax import sharding
 from genenv_jax.tasks.base import TaskDomain
@@ -87,8 +92,19 @@ def simulator_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
 
 def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
                      *, steps: int, batch_size: int, learning_rate: float,
-                     seed: int, mesh, rules) -> tuple[object, list[float]]:
-  """AdamW on the token NLL of data.target; returns (params, losses per step)."""
+                     seed: int, mesh, rules, max_skipped_updates: int = 0,
+                     checkpoints: checkpointing.Checkpoints | None = None,
+                     checkpoint_every: int = 0, name: str = "warmstart"
+                     ) -> tuple[object, list[float]]:
+  """AdamW on the token NLL of data.target; returns (params, losses per step).
+
+  A step whose loss or gradient norm is not finite leaves params and the
+  optimiser state as they were; once more than `max_skipped_updates` steps
+  were skipped, NonFiniteUpdateError names the step and `name`. With
+  `checkpoints`, the training state is saved every `checkpoint_every` steps
+  and at the end, and training resumes from the latest one (the batches
+  already drawn are drawn again and dropped, so a resumed run is the same).
+  """
   if steps <= 0:
     return params, []
   schedule = optax.warmup_cosine_decay_schedule(
@@ -100,30 +116,83 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
   @sharding.in_mesh(mesh, rules)
   def update(params, opt_state, batch):
     loss, grads = jax.value_and_grad(loss_fn)(params, *batch)
-    updates, opt_state = opt.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
+    updates, new_opt_state = opt.update(grads, opt_state, params)
+    finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads))
+    params, opt_state = jax.tree.map(
+        lambda new, old: jnp.where(finite, new, old),
+        (optax.apply_updates(params, updates), new_opt_state),
+        (params, opt_state))
+    return params, opt_state, loss, 1.0 - finite.astype(jnp.float32)
 
   opt_state = jax.jit(opt.init)(params)
+  loss_history = []
+  first = checkpoints.latest_step() if checkpoints else None
+  if first is not None:
+    restored = checkpoints.restore(first, dict(
+        params=params, opt_state=opt_state,
+        losses=np.zeros(steps, np.float32)))
+    params, opt_state = restored["params"], restored["opt_state"]
+    loss_history = list(np.asarray(restored["losses"])[:first])
+    logging.info("%s: resuming from its checkpoint at step %d of %d.", name,
+                 first, steps)
+  first = first or 0
   rng = np.random.default_rng(seed)
   n = len(data.prompt)
-  loss_history = []
+  for _ in range(first):  # the batches of the restored steps
+    rng.integers(0, n, batch_size)
+  skipped = nonfinite.SkippedUpdates(max_skipped_updates,
+                                     names=(f"{name}/skipped_updates",))
   window = dispatch.DispatchWindow()
-  for _ in range(steps):
+  for step in range(first + 1, steps + 1):
+    if checkpoints:
+      checkpoints.poll()
     idx = rng.integers(0, n, batch_size)
     batch = sharding.shard_batch(tuple(x[idx] for x in data), mesh, rules)
-    params, opt_state, loss = update(params, opt_state, batch)
+    params, opt_state, loss, skip = update(params, opt_state, batch)
+    skipped.add(step, {f"{name}/skipped_updates": skip})
     loss_history.append(loss)
     window.push(loss)
+    if checkpoints and (step == steps or (checkpoint_every
+                                          and step % checkpoint_every == 0)):
+      skipped.check()  # never save a diverged state
+      losses = np.zeros(steps, np.float32)
+      losses[:step] = jax.device_get(loss_history)
+      checkpoints.save(step, dict(params=params, opt_state=opt_state,
+                                  losses=losses))
+  skipped.check()
+  if checkpoints:
+    checkpoints.finish()
   return params, [float(x) for x in jax.device_get(loss_history)]
+
+CHECKPOINT_DIR = "warmstart_checkpoints"
+
+
+def checkpoint_dir(workdir: epath.Path) -> epath.Path:
+  """Where stage 1 keeps its checkpoints (one folder per player) until the
+  run's step-0 checkpoint holds its result."""
+  return workdir / CHECKPOINT_DIR
 
 
 def warmstart(config, domain: TaskDomain, agent_model: ModelConfig,
               simulator_model: ModelConfig, agent_params, simulator_params,
-              rows: np.ndarray, difficulty: np.ndarray, mesh, rules):
-  """Runs stage 1 for both players. Returns (agent params, simulator params, metrics)."""
+              rows: np.ndarray, difficulty: np.ndarray, mesh, rules,
+              workdir: epath.Path | None = None, chief: bool = True):
+  """Runs stage 1 for both players. Returns (agent params, simulator params,
+  metrics). With `workdir`, each player's training is checkpointed every
+  config.warmstart.checkpoint_every steps under checkpoint_dir(workdir) and
+  resumed from there."""
   ws = config.warmstart
   common = dict(batch_size=ws.batch_size, learning_rate=ws.learning_rate,
-                mesh=mesh, rules=rules)
+                mesh=mesh, rules=rules,
+                max_skipped_updates=config.max_skipped_updates,
+                checkpoint_every=ws.checkpoint_every)
+
+  def checkpoints(player):
+    if workdir is None:
+      return None
+    return checkpointing.Checkpoints(checkpoint_dir(workdir) / player,
+                                     max_to_keep=1, keep_steps=(),
+                                     chief=chief)
   rng = np.random.default_rng(config.seed + 1)
   num_examples = max(max(ws.agent_steps, ws.simulator_steps) * ws.batch_size, 1)
   agent_losses = simulator_losses = []
@@ -132,13 +201,16 @@ def warmstart(config, domain: TaskDomain, agent_model: ModelConfig,
         agent_model, agent_params,
         agent_data(domain, rows, difficulty, ws.agent_level_weights, rng,
                    num_examples),
-        steps=ws.agent_steps, seed=config.seed, **common)
+        steps=ws.agent_steps, seed=config.seed, name="warmstart/agent",
+        checkpoints=checkpoints("agent"), **common)
   if ws.simulator_steps > 0:
     simulator_params, simulator_losses = train_supervised(
         simulator_model, simulator_params,
         simulator_data(domain, rows, difficulty, rng, num_examples,
                  ws.simulator_difficulty_step),
-        steps=ws.simulator_steps, seed=config.seed + 2, **common)
+        steps=ws.simulator_steps, seed=config.seed + 2,
+        name="warmstart/simulator", checkpoints=checkpoints("simulator"),
+        **common)
   metrics = {}
   if agent_losses:
     metrics["warmstart/agent_loss"] = float(np.mean(agent_losses[-20:]))
