@@ -104,6 +104,7 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
   `checkpoints`, the training state is saved every `checkpoint_every` steps
   and at the end, and training resumes from the latest one (the batches
   already drawn are drawn again and dropped, so a resumed run is the same).
+  Each save is waited for before the next step.
   """
   if steps <= 0:
     return params, []
@@ -144,8 +145,6 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
                                      names=(f"{name}/skipped_updates",))
   window = dispatch.DispatchWindow()
   for step in range(first + 1, steps + 1):
-    if checkpoints:
-      checkpoints.poll()
     idx = rng.integers(0, n, batch_size)
     batch = sharding.shard_batch(tuple(x[idx] for x in data), mesh, rules)
     params, opt_state, loss, skip = update(params, opt_state, batch)
@@ -159,9 +158,10 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
       losses[:step] = jax.device_get(loss_history)
       checkpoints.save(step, dict(params=params, opt_state=opt_state,
                                   losses=losses))
+      # Waited for: its error raised here, its checksums recorded now (a kill
+      # later leaves it intact).
+      checkpoints.finish()
   skipped.check()
-  if checkpoints:
-    checkpoints.finish()
   return params, [float(x) for x in jax.device_get(loss_history)]
 
 CHECKPOINT_DIR = "warmstart_checkpoints"
