@@ -17,6 +17,7 @@ import ml_collections
 import orbax.checkpoint as ocp
 
 from configs import flatten
+from train import checkpointing
 from train import metrics_log
 
 # Config fields (dotted prefixes) that shape a run's step-0 state: the seed
@@ -87,6 +88,11 @@ def restore_step0(config: ml_collections.ConfigDict, target: Any,
           f"config.warmstart.init_from={str(source)!r}: no step-0 checkpoint "
           f"in {source / 'checkpoints'} (has that run finished its "
           "warm-start?).")
+    problem = checkpointing.verify(source / "checkpoints" / "0")
+    if problem:
+      raise checkpointing.CorruptCheckpointError(
+          f"config.warmstart.init_from={str(source)!r}: its step-0 "
+          f"checkpoint is damaged: {problem}.")
     state = manager.restore(0, args=ocp.args.StandardRestore(target))
   metrics = {}
   for record in metrics_log.read_metrics(source / metrics_log.METRICS_FILE):
