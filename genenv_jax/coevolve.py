@@ -149,8 +149,9 @@ def agent_update(config, players: Players, agent: PlayerState,
       updates, new_opt_state = players.agent_opt.update(grads, opt_state,
                                                         params)
       grad_norm = optax.tree.norm(grads)
-      # A non-finite loss or gradient skips the update (counted).
-      finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+      # A non-finite loss, gradient or update skips the update (counted).
+      finite = (jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+                & jnp.isfinite(optax.tree.norm(updates)))
       params, opt_state = jax.tree.map(
           lambda new, old: jnp.where(finite, new, old),
           (optax.apply_updates(params, updates), new_opt_state),
@@ -220,9 +221,10 @@ def simulator_update(config, players: Players, simulator: PlayerState, prompt,
       losses.kl_estimate(old_logp, scores(candidate).logp, "k3"), step_mask)
   scale = losses.kl_cap_scale(step_kl, eu.kl_cap)
   params = losses.scale_update(simulator.params, candidate, scale)
-  # A non-finite loss, gradient or update KL skips the update (counted).
+  # A non-finite loss, gradient, update or update KL skips the update
+  # (counted).
   finite = (jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads))
-            & jnp.isfinite(step_kl))
+            & jnp.isfinite(optax.tree.norm(updates)) & jnp.isfinite(step_kl))
   skipped = learn & ~finite
   learn = learn & finite
   params = jax.tree.map(lambda new, old: jnp.where(learn, new, old), params,

@@ -204,19 +204,18 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
 
 def test_diverging_run_stops_before_its_next_checkpoint(finished, tmp_path):
   tfds_dir, workdir = finished
-  config = _config(tfds_dir, **{"agent.learning_rate": 1e6,
-                                "simulator.learning_rate": 1e6,
+  # An infinite learning rate: every update is non-finite.
+  config = _config(tfds_dir, **{"agent.learning_rate": float("inf"),
+                                "simulator.learning_rate": float("inf"),
                                 "max_skipped_updates": 0,
                                 "warmstart.init_from": workdir})
   with pytest.raises(nonfinite.NonFiniteUpdateError,
-                     match=r"Step [12]: agent/skipped_updates counts [1-9]"):
+                     match=r"Step 1: agent/skipped_updates counts 2 "):
     loop.train_and_evaluate(config, str(tmp_path))
   assert os.listdir(tmp_path / "checkpoints") == ["0"]
   step1 = [r for r in metrics_log.read_metrics(
       tmp_path / metrics_log.METRICS_FILE) if r["step"] == 1]
-  assert step1 and step1[0]["agent/loss"] is None
-  assert step1[0][metrics_log.NONFINITE_KEY] and (
-      step1[0]["agent/skipped_updates"] >= 1)
+  assert step1 and step1[0]["agent/skipped_updates"] == 2
 
 
 def test_diverging_warm_start_stops_before_its_checkpoint(finished, tmp_path):

@@ -118,7 +118,8 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
   def update(params, opt_state, batch):
     loss, grads = jax.value_and_grad(loss_fn)(params, *batch)
     updates, new_opt_state = opt.update(grads, opt_state, params)
-    finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads))
+    finite = (jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads))
+              & jnp.isfinite(optax.tree.norm(updates)))
     params, opt_state = jax.tree.map(
         lambda new, old: jnp.where(finite, new, old),
         (optax.apply_updates(params, updates), new_opt_state),
@@ -126,6 +127,12 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
     return params, opt_state, loss, 1.0 - finite.astype(jnp.float32)
 
   opt_state = jax.jit(opt.init)(params)
+  # Leaves not laid out over the mesh (the step counter) are replicated over
+  # it, so a restored state has one layout with the parameters.
+  opt_state = jax.device_put(opt_state, jax.tree.map(
+      lambda x: (x.sharding
+                 if isinstance(x.sharding, jax.sharding.NamedSharding)
+                 else sharding.replicated(mesh)), opt_state))
   loss_history = []
   first = checkpoints.latest_step() if checkpoints else None
   if first is not None:
