@@ -93,6 +93,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # tasks, a few harder ones, none of the hardest.
       agent_level_weights=(8, 4, 2, 1, 0),
       simulator_difficulty_step=1,   # simulator lessons: seed of level d -> task of level d±1
+      checkpoint_every=200,  # warm-start steps between its checkpoints (0: none)
   ))
 
   c.coevolve = ml_collections.ConfigDict(dict(
@@ -166,6 +167,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.log_every = 5           # each logged step metric is its mean over these steps
   c.checkpoint_every = 40
   c.max_checkpoints = 2
+  # Updates skipped for a non-finite loss or gradient norm that a run
+  # tolerates per player (counted from its start or resume); one more stops it
+  # before its next checkpoint.
+  c.max_skipped_updates = 10
   c.profile_first_step = 0  # > 0: a jax.profiler trace of 3 steps from this step
   if smoke:
     _shrink_to_smoke(c)
@@ -201,7 +206,8 @@ def _shrink_to_smoke(c: ml_collections.ConfigDict) -> None:
     player.model_overrides = ml_collections.ConfigDict(dict(
         num_layers=1, hidden_size=32, intermediate_size=64, num_heads=2,
         num_kv_heads=1))
-  c.warmstart.update(agent_steps=4, simulator_steps=4, batch_size=16)
+  c.warmstart.update(agent_steps=4, simulator_steps=4, batch_size=16,
+                     checkpoint_every=2)
   c.coevolve.update(num_steps=4, num_seeds=4, variations=2, attempts=4,
                     agent_minibatches=2)
   c.pool.update(capacity=256, num_base=64, replay_tasks=4, generation_capacity=32)

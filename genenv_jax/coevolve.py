@@ -258,9 +258,18 @@ def agent_update(config, players: Players, agent: PlayerState,
       minibatch = jax.tree.map(lambda x: x[idx], batch)
       (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
           params, minibatch)
-      updates, opt_state = players.agent_opt.update(grads, opt_state, params)
-      params = optax.apply_updates(params, updates)
-      metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
+      updates, new_opt_state = players.agent_opt.update(grads, opt_state,
+                                                        params)
+      grad_norm = optax.tree.norm(grads)
+      # A non-finite loss, gradient or update skips the update (counted).
+      finite = (jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+                & jnp.isfinite(optax.tree.norm(updates)))
+      params, opt_state = jax.tree.map(
+          lambda new, old: jnp.where(finite, new, old),
+          (optax.apply_updates(params, updates), new_opt_state),
+          (params, opt_state))
+      metrics = dict(metrics, loss=loss, grad_norm=grad_norm,
+                     skipped_updates=1.0 - finite.astype(jnp.float32))
       return (params, opt_state), metrics
 
     return jax.lax.scan(one_minibatch, carry, perm)
@@ -268,7 +277,8 @@ def agent_update(config, players: Players, agent: PlayerState,
   (params, opt_state), metrics = jax.lax.scan(
       one_epoch, (agent.params, agent.opt_state),
       jax.random.split(rng, cc.agent_epochs))
-  metrics = jax.tree.map(jnp.mean, metrics)
+  skipped = metrics.pop("skipped_updates").sum()
+  metrics = dict(jax.tree.map(jnp.mean, metrics), skipped_updates=skipped)
   return agent.replace(params=params, opt_state=opt_state), metrics
 
 
@@ -337,11 +347,19 @@ def simulator_update(config, players: Players, simulator: PlayerState,
       step_mask)
   scale = losses.kl_cap_scale(step_kl, update_cfg.kl_cap)
   params = losses.scale_update(simulator.params, candidate, scale)
-  keep_old = lambda new, old: jnp.where(learn, new, old)
-  params = jax.tree.map(keep_old, params, simulator.params)
-  opt_state = jax.tree.map(keep_old, opt_state, simulator.opt_state)
+  # A non-finite loss, gradient, update or update KL skips the update
+  # (counted).
+  finite = (jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads))
+            & jnp.isfinite(optax.tree.norm(updates)) & jnp.isfinite(step_kl))
+  skipped = learn & ~finite
+  learn = learn & finite
+  params = jax.tree.map(lambda new, old: jnp.where(learn, new, old), params,
+                        simulator.params)
+  opt_state = jax.tree.map(lambda new, old: jnp.where(learn, new, old),
+                           opt_state, simulator.opt_state)
   metrics = dict(metrics, loss=loss, update_kl=step_kl * scale**2,
-                 kl_scale=scale, updated=learn.astype(jnp.float32))
+                 kl_scale=scale, updated=learn.astype(jnp.float32),
+                 skipped_updates=skipped.astype(jnp.float32))
   return simulator.replace(params=params, opt_state=opt_state), metrics
 
 
@@ -430,7 +448,7 @@ def step_metrics(domain: TaskDomain, state: CoevolveState,
       "pool/size": per_step(state.pool.size),
       "pool/env_size": per_step(state.generation_pool.size),
   }
-  for name in ("kl", "loss", "clip_frac", "grad_norm"):
+  for name in ("kl", "loss", "clip_frac", "grad_norm", "skipped_updates"):
     metrics[f"agent/{name}"] = per_step(agent_metrics[name])
   for level in range(1, domain.max_difficulty + 1):
     metrics[f"env/difficulty_frac_d{level}"] = masked_ratio(

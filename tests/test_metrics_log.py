@@ -9,6 +9,7 @@ import pytest
 
 from configs import default
 
+from train import checkpointing
 from train import loop
 from train import metrics_log
 
@@ -19,7 +20,8 @@ def test_writer_rewrites_whole_file_and_reopens(tmp_path):
   writer.write_scalars(2, {"a": float("nan")})
   lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
   assert [json.loads(line) for line in lines] == [
-      {"step": 1, "a": 1.0, "b": 2.0}, {"step": 2, "a": None}]
+      {"step": 1, "a": 1.0, "b": 2.0},
+      {"step": 2, "a": None, metrics_log.NONFINITE_KEY: ["a"]}]
   assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
 
   reopened = metrics_log.JsonlWriter(str(tmp_path))  # a resumed run
@@ -64,5 +66,5 @@ def test_read_metrics_of_missing_file_is_empty(tmp_path):
 def test_workdir_path_keeps_uris_and_makes_local_paths_absolute(tmp_path,
                                                                 monkeypatch):
   monkeypatch.chdir(tmp_path)
-  assert str(loop.workdir_path("runs/a")) == str(tmp_path / "runs" / "a")
-  assert str(loop.workdir_path("gs://bucket/run")) == "gs://bucket/run"
+  assert str(checkpointing.workdir_path("runs/a")) == str(tmp_path / "runs" / "a")
+  assert str(checkpointing.workdir_path("gs://bucket/run")) == "gs://bucket/run"

@@ -13,6 +13,7 @@ from genenv_jax import pool as pool_lib
 from genenv_jax.tasks import ArithmeticDomain
 from train.tools import agent_breakdown
 from train.tools import agent_probe
+from train import checkpointing
 from train import datasets
 from train import heldout
 from train import init_from
@@ -77,7 +78,7 @@ def test_evaluations_compare_with_the_step0_agent_task_by_task(uninterrupted):
   records = [r for r in _read(workdir) if "eval/accuracy" in r]
   test = datasets.load_split(datasets.builder_config_from(config), "test",
                              config.data.tfds_dir)
-  step0 = np.load(os.path.join(workdir, loop.STEP0_ANSWERS))
+  step0 = np.load(os.path.join(workdir, checkpointing.STEP0_ANSWERS))
   assert step0.dtype == bool and step0.shape == test["difficulty"].shape
   first = records[0]
   assert first["step"] == 0 and "eval/fixed_d1" not in first

@@ -48,6 +48,7 @@ def validate(config, num_devices: int) -> None:
           "means over log_every steps, and a run resumes from a checkpoint")
   _integer(config, "max_checkpoints", low=1)
   _integer(config, "profile_first_step", low=0)
+  _integer(config, "max_skipped_updates", low=0)
 
 
 # ----------------------------------------------------------------- sections
@@ -101,6 +102,7 @@ def _warmstart(config, dims) -> None:
   _integer(config, "warmstart.batch_size", low=1)
   _number(config, "warmstart.learning_rate", low=0.0, open_low=True)
   _integer(config, "warmstart.simulator_difficulty_step")
+  _integer(config, "warmstart.checkpoint_every", low=0)
   if ws.agent_steps or ws.simulator_steps:
     _divides_batch_axes(config, "warmstart.batch_size", ws.batch_size, dims)
 

@@ -17,6 +17,7 @@ import ml_collections
 import orbax.checkpoint as ocp
 
 from configs import flatten
+from train import checkpointing
 from train import metrics_log
 from train import state_checkpoint
 
@@ -88,10 +89,16 @@ def restore_step0(config: ml_collections.ConfigDict, target: Any,
           f"config.warmstart.init_from={str(source)!r}: no step-0 checkpoint "
           f"in {source / 'checkpoints'} (has that run finished its "
           "warm-start?).")
+    problem = checkpointing.verify(source / "checkpoints" / "0")
+    if problem:
+      raise checkpointing.CorruptCheckpointError(
+          f"config.warmstart.init_from={str(source)!r}: its step-0 "
+          f"checkpoint is damaged: {problem}.")
     state = state_checkpoint.restore(manager, 0, target)
   metrics = {}
   for record in metrics_log.read_metrics(source / metrics_log.METRICS_FILE):
     if record["step"] == 0:
       metrics.update({k: v for k, v in record.items()
-                      if k != "step" and v is not None})
+                      if k not in ("step", metrics_log.NONFINITE_KEY)
+                      and v is not None})
   return state, metrics

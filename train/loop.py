@@ -5,27 +5,28 @@ workdir that holds a checkpoint resumes from the latest one: everything the
 step needs (both players, optimiser states, references, pools, rng, step) is
 in the checkpoint, and metrics.jsonl is cut back to the restored step. Which
 held-out tasks the step-0 agent answers right is kept beside the checkpoints
-(`STEP0_ANSWERS`): every later evaluation compares the agent with it task by
-task.
+(`checkpointing.STEP0_ANSWERS`): every later evaluation compares the agent
+with it task by task.
+
+Checkpoints are verified on restore (`train.checkpointing`), the workdir is
+locked and its config fixed (`train.workdir`), and a run whose updates keep
+going non-finite stops before its next checkpoint (`train.nonfinite`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import io
 import json
 import time
 
 from absl import logging
 from clu import metric_writers
 from clu import periodic_actions
-from etils import epath
 import flax.linen as nn
 import jax
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
-from orbax.checkpoint import checkpoint_managers
 
 from genenv_jax import coevolve
 from train import dispatch
@@ -35,17 +36,20 @@ from models import decoder
 from models import hf
 from models.config import get_preset
 from train import config_validation
+from train import checkpointing
 from train import datasets
 from train import heldout
 from train import init_from as init_from_lib
 from train import metrics_log
 from train import progress
 from train import multihost
+from train import nonfinite
 from train import run_report
 from train import state_checkpoint
 from train import state_layout
 from train import text_datasets
 from train import warmstart
+from train import workdir as workdir_lib
 
 
 def _optimizer(player_cfg) -> optax.GradientTransformation:
@@ -139,54 +143,12 @@ def create_state(config, domain, players, agent_params, simulator_params,
   return state, shardings
 
 
-def workdir_path(workdir: str) -> epath.Path:
-  """The workdir as a path: local (made absolute) or a cloud URI such as
-  gs://bucket/run, which every host of a multi-host job can reach."""
-  path = epath.Path(workdir)
-  return path if "://" in workdir else path.absolute()
-
-
-def _checkpoint_manager(workdir, config):
-  """Keeps the latest `config.max_checkpoints` steps, and step 0 (the
-  warm-started players) for good: stage 2 can be rerun from it with other
-  settings, and `train.tools.agent_probe` trains the agent alone from it."""
-  keep = checkpoint_managers.AnyPreservationPolicy([
-      checkpoint_managers.LatestN(config.max_checkpoints),
-      checkpoint_managers.CustomSteps([0])])
-  return ocp.CheckpointManager(
-      workdir_path(workdir) / "checkpoints",
-      options=ocp.CheckpointManagerOptions(preservation_policy=keep,
-                                           create=True))
-
-
-STEP0_ANSWERS = "heldout_step0.npy"
-
-
-def _save_step0_answers(workdir: str, correct: np.ndarray) -> None:
-  """bool[n] held-out tasks the step-0 agent answers right, written whole to a
-  temporary file and then renamed into place."""
-  path = workdir_path(workdir) / STEP0_ANSWERS
-  partial = path.parent / (path.name + ".partial")
-  buffer = io.BytesIO()
-  np.save(buffer, correct)
-  partial.write_bytes(buffer.getvalue())
-  partial.rename(path)
-
-
-def _load_step0_answers(workdir: str) -> np.ndarray | None:
-  path = workdir_path(workdir) / STEP0_ANSWERS
-  if not path.exists():
-    logging.warning("%s is missing (a run from before it was kept): "
-                    "evaluations will not compare with the step-0 agent.", path)
-    return None
-  return np.load(io.BytesIO(path.read_bytes()))
-
-
 def _seed_data(config, domain, workdir: str) -> tuple[dict, dict]:
   """The seed data's train and test splits as {"task": int32[n, task_len]
   written-task rows, "difficulty": int32[n]}, through the domain's
   tensorflow-datasets builder (in config.data.tfds_dir, else <workdir>/tfds)."""
-  data_dir = config.data.tfds_dir or str(workdir_path(workdir) / "tfds")
+  data_dir = (config.data.tfds_dir
+              or str(checkpointing.workdir_path(workdir) / "tfds"))
   if config.task.name == "text":
     splits = text_datasets.load_seed_rows(config, domain, data_dir)
     for name, split in splits.items():
@@ -221,19 +183,32 @@ def base_row_indices(config, train_difficulty: np.ndarray) -> np.ndarray:
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
-  """Runs (or resumes) a whole job in workdir. Returns the run summary."""
+  """Runs (or resumes) a whole job in workdir. Returns the run summary.
+
+  Refused before anything is computed: a workdir locked by another live
+  process (workdir.WorkdirLock), and a config that differs from the
+  workdir's config.json outside workdir.RESUMABLE_FIELDS.
+  """
   config_validation.validate(config, jax.device_count())
   chief = jax.process_index() == 0  # the one process that writes files
   if chief:
-    workdir_path(workdir).mkdir(parents=True, exist_ok=True)
+    checkpointing.workdir_path(workdir).mkdir(parents=True, exist_ok=True)
+  with (workdir_lib.WorkdirLock(workdir) if chief
+        else contextlib.nullcontext()):
+    workdir_lib.check_config(config, workdir)
+    return _run(config, workdir, chief)
+
+
+def _run(config, workdir: str, chief: bool) -> dict:
+  """train_and_evaluate once the workdir is this run's."""
   start_time = time.time()
+  path = checkpointing.workdir_path(workdir)
   rules = sharding.DEFAULT_RULES
   mesh = sharding.make_mesh(dict(config.mesh))
   domain = get_domain(config.task)
   players = build_players(config, domain)
   if chief:
-    (workdir_path(workdir) / "config.json").write_text(
-        config.to_json_best_effort(indent=2))
+    workdir_lib.write_config(config, workdir)
 
   progress.say("Preparing the seed data.")
   train, test = multihost.chief_first(
@@ -247,7 +222,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
   evaluate = heldout.HeldoutEval(
       domain, players.agent_model, test["task"], test["difficulty"], mesh,
       rules, config.curriculum.success_threshold)
-  ckpt = _checkpoint_manager(workdir, config)
+  ckpt = checkpointing.Checkpoints(path / "checkpoints",
+                                   config.max_checkpoints, (0,), chief)
+  for step, why in ckpt.skipped:
+    progress.say(f"Checkpoint step {step} skipped: {why}.")
 
   latest = ckpt.latest_step()
   init_from = config.warmstart.init_from
@@ -268,7 +246,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
         config.simulator.get("hf_dir", ""))
     agent_params, simulator_params, ws_metrics = warmstart.warmstart(
         config, domain, players.agent_model, players.simulator_model, agent_params,
-        simulator_params, train["task"], train["difficulty"], mesh, rules)
+        simulator_params, train["task"], train["difficulty"], mesh, rules,
+        path, chief)
     state, _ = create_state(
         config, domain, players,
         jax.device_put(agent_params, shardings.agent.params),
@@ -278,22 +257,26 @@ def train_and_evaluate(config, workdir: str) -> dict:
     if init_from:
       progress.say(f"Stage 1: the warm-started players of {init_from}.")
       state, step0_metrics = init_from_lib.restore_step0(
-          config, target, workdir_path(init_from))
+          config, target, checkpointing.workdir_path(init_from))
       step0_answers = evaluate.correct(state.agent.params)
     else:
       progress.say("Stage 1: held-out evaluation of the warm-started agent.")
       eval_metrics, step0_answers = evaluate.metrics_and_answers(
           state.agent.params)
       step0_metrics = dict(ws_metrics, **eval_metrics)
+    if chief:  # what an attempt killed before checkpoint 0 committed left
+      jsonl.truncate_after(-1)
     writer.write_scalars(0, step0_metrics)
     if chief:
-      _save_step0_answers(workdir, step0_answers)
-    state_checkpoint.save(ckpt, 0, state)
-    ckpt.wait_until_finished()
+      checkpointing.save_step0_answers(workdir, step0_answers)
+    ckpt.save(0, state_checkpoint.without_references(state))
+    ckpt.finish()
+    if chief:  # checkpoint 0 holds stage 1's result now
+      warmstart.checkpoint_dir(path).rmtree(missing_ok=True)
   else:
     progress.say(f"Resuming from checkpoint at step {latest}.")
-    state = state_checkpoint.restore(ckpt, latest, target)
-    step0_answers = _load_step0_answers(workdir)
+    state = state_checkpoint.restore(ckpt.manager, latest, target)
+    step0_answers = checkpointing.load_step0_answers(workdir)
     if chief:
       jsonl.truncate_after(latest)
 
@@ -316,7 +299,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
   # compiling (or reading the persistent compilation cache) and dispatch;
   # logged with the first logged step.
   first_call_s = None
+  skipped = nonfinite.SkippedUpdates(config.max_skipped_updates)
   for step in range(first + 1, num_steps + 1):
+    ckpt.poll()  # a failed background save stops the run here
     log_now = step % config.log_every == 0 or step == num_steps
     if log_now:  # time this step alone, not the steps still queued before it
       jax.block_until_ready(state)
@@ -327,6 +312,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
         first_call_s = time.perf_counter() - tick
       window.push(metrics)
       step_metrics.add(metrics)
+      skipped.add(step, metrics)
       if log_now:
         metrics = step_metrics.mean()
         metrics["perf/step_time_s"] = time.perf_counter() - tick
@@ -338,6 +324,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
                         f"difficulty {metrics['env/difficulty_mean']:.2f}  "
                         f"valid {metrics['env/valid_frac']:.2f}  "
                         f"agent reward {metrics['agent/reward_mean']:.2f}")
+        skipped.check()
     reporter.update(step, summary_line if log_now else "")
     for hook in hooks:
       hook(step)
@@ -347,13 +334,14 @@ def train_and_evaluate(config, workdir: str) -> dict:
       progress.say(f"stage 2: step {step}  held-out accuracy "
                    f"{eval_metrics['eval/accuracy']:.3f}")
     if step % config.checkpoint_every == 0 or step == num_steps:
-      state_checkpoint.save(ckpt, step, state)
-  ckpt.wait_until_finished()
+      skipped.check()  # never save a diverged state
+      ckpt.save(step, state_checkpoint.without_references(state))
+  ckpt.close()
   writer.flush()
   if not chief:
     return {}
   summary = run_report.write_report(workdir, config)
   summary["wall_time_s_this_process"] = time.time() - start_time
-  (workdir_path(workdir) / "report" / "summary.json").write_text(
-      json.dumps(summary, indent=2))
+  checkpointing.write_atomic(path / "report" / "summary.json",
+                             json.dumps(summary, indent=2).encode())
   return summary

@@ -11,10 +11,13 @@ import json
 import math
 from typing import Any, Mapping
 
+from absl import logging
 from clu.metric_writers import interface
 from etils import epath
 import jax
 import jax.numpy as jnp
+
+from train import checkpointing
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -74,9 +77,9 @@ class StepMetricsWindow:
     return out
 
 
-def _clean(value: Any):
-  value = float(value)
-  return value if math.isfinite(value) else None
+# The key of a record that lists its metrics whose value was not finite (JSON
+# has no NaN or infinity: they are written as null, and named here).
+NONFINITE_KEY = "nonfinite"
 
 
 class JsonlWriter(interface.MetricWriter):
@@ -92,20 +95,33 @@ class JsonlWriter(interface.MetricWriter):
     self._records = read_metrics(self.path)
 
   def truncate_after(self, step: int) -> None:
-    """Drops records with step > `step` (written after the last checkpoint)."""
+    """Drops records with step > `step` (written after the last checkpoint;
+    -1: all, for a run that starts over)."""
     self._records = [r for r in self._records if r["step"] <= step]
     self._save()
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
+    """Appends a record; a value that is not finite is written as null, its
+    name listed under NONFINITE_KEY and logged as a warning."""
     record = {"step": int(step)}
-    record.update({k: _clean(v) for k, v in sorted(scalars.items())})
+    nonfinite = []
+    for name, value in sorted(scalars.items()):
+      value = float(value)
+      if not math.isfinite(value):
+        nonfinite.append(name)
+        value = None
+      record[name] = value
+    if nonfinite:
+      record[NONFINITE_KEY] = nonfinite
+      logging.warning("Step %d: metrics not finite (written as null in %s): "
+                      "%s", step, self.path, ", ".join(nonfinite))
     self._records.append(record)
     self._save()
 
   def _save(self) -> None:
-    tmp = self.path.parent / (self.path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in self._records))
-    tmp.replace(self.path)
+    checkpointing.write_atomic(
+        self.path,
+        "".join(json.dumps(r) + "\n" for r in self._records).encode())
 
   def write_summaries(self, step, values, metadata=None):
     pass

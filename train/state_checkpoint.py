@@ -1,10 +1,9 @@
-"""Saving and restoring the co-evolution state without rewriting the frozen
-references.
+"""The co-evolution state in checkpoints without the frozen references.
 
 Both references are the players' step-0 parameters (the agent's GRPO
 reference and the simulator's initial model never change), and the step-0
-checkpoint is kept for good (loop._checkpoint_manager). So every checkpoint
-is written without `ref_params`, and a restore reads them back as the
+checkpoint is kept for good (checkpointing.Checkpoints). So every checkpoint
+is written without `ref_params` (`without_references`), and a restore reads them back as the
 parameters of the step-0 checkpoint: each step's checkpoint holds the two
 trained players, their optimiser states and the pools, not two more copies of
 the weights.
@@ -24,12 +23,6 @@ def without_references(state: coevolve.CoevolveState) -> coevolve.CoevolveState:
                        simulator=state.simulator.replace(ref_params=None))
 
 
-def save(manager: ocp.CheckpointManager, step: int,
-         state: coevolve.CoevolveState) -> None:
-  """Saves `state` at `step`, its references left out."""
-  manager.save(step, args=ocp.args.StandardSave(without_references(state)))
-
-
 def restore(manager: ocp.CheckpointManager, step: int,
             target: coevolve.CoevolveState) -> coevolve.CoevolveState:
   """The state saved at `step`, laid out as `target` (ShapeDtypeStructs with
@@ -41,16 +34,25 @@ def restore(manager: ocp.CheckpointManager, step: int,
     raise FileNotFoundError(
         f"{manager.directory}: no step-0 checkpoint, which holds the frozen "
         "references (the step-0 parameters) every later checkpoint needs.")
-  state = manager.restore(
-      step, args=ocp.args.StandardRestore(without_references(target)))
+  try:
+    state = manager.restore(
+        step, args=ocp.args.StandardRestore(without_references(target)))
+  except Exception as e:
+    raise RuntimeError(f"{manager.directory / str(step)}: the checkpoint could "
+                       f"not be restored: {type(e).__name__}: {e}") from e
   wanted = {"agent": {"params": target.agent.ref_params},
             "simulator": {"params": target.simulator.ref_params}}
-  refs = ocp.PyTreeCheckpointer().restore(
-      manager.directory / "0" / "default",
-      args=ocp.args.PyTreeRestore(
-          item=wanted,
-          restore_args=ocp.checkpoint_utils.construct_restore_args(wanted),
-          partial_restore=True))
+  try:
+    refs = ocp.PyTreeCheckpointer().restore(
+        manager.directory / "0" / "default",
+        args=ocp.args.PyTreeRestore(
+            item=wanted,
+            restore_args=ocp.checkpoint_utils.construct_restore_args(wanted),
+            partial_restore=True))
+  except Exception as e:
+    raise RuntimeError(
+        f"{manager.directory / '0'}: the step-0 parameters (the frozen "
+        f"references) could not be restored: {type(e).__name__}: {e}") from e
   return state.replace(
       agent=state.agent.replace(ref_params=refs["agent"]["params"]),
       simulator=state.simulator.replace(

@@ -11,7 +11,10 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
+from absl import logging
+from etils import epath
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -19,7 +22,9 @@ from genenv_jax import policy
 from genenv_jax import sharding
 from genenv_jax.tasks.base import TaskDomain
 from models.config import ModelConfig
+from train import checkpointing
 from train import dispatch
+from train import nonfinite
 from train import progress
 
 
@@ -97,54 +102,125 @@ def supervised_optimizer(learning_rate: float, steps: int
 def supervised_update(model_config: ModelConfig,
                       opt: optax.GradientTransformation, mesh, rules):
   """The jitted warm-start step `(params, opt_state, batch) -> (params,
-  opt_state, loss)`; batch: a SupervisedData of int32/bool [B, P] and [B, R]
-  arrays."""
+  opt_state, loss, skipped)`; batch: a SupervisedData of int32/bool [B, P]
+  and [B, R] arrays. A step whose loss, gradient or update is not finite
+  leaves params and opt_state as they were (skipped = 1)."""
   loss_fn = functools.partial(policy.nll_loss, model_config)
 
   @jax.jit
   @sharding.in_mesh(mesh, rules)
   def update(params, opt_state, batch):
     loss, grads = jax.value_and_grad(loss_fn)(params, *batch)
-    updates, opt_state = opt.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
+    updates, new_opt_state = opt.update(grads, opt_state, params)
+    finite = (jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads))
+              & jnp.isfinite(optax.tree.norm(updates)))
+    params, opt_state = jax.tree.map(
+        lambda new, old: jnp.where(finite, new, old),
+        (optax.apply_updates(params, updates), new_opt_state),
+        (params, opt_state))
+    return params, opt_state, loss, 1.0 - finite.astype(jnp.float32)
 
   return update
 
 
 def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
                      *, steps: int, batch_size: int, learning_rate: float,
-                     seed: int, mesh, rules, label: str = ""
-                     ) -> tuple[object, list[float]]:
+                     seed: int, mesh, rules, max_skipped_updates: int = 0,
+                     checkpoints: checkpointing.Checkpoints | None = None,
+                     checkpoint_every: int = 0, name: str = "warmstart",
+                     label: str = "") -> tuple[object, list[float]]:
   """AdamW on the token NLL of data.target; returns (params, losses per step).
-  With a `label`, prints progress lines (`train.progress`) under it."""
+
+  A step whose loss or gradient norm is not finite leaves params and the
+  optimiser state as they were; once more than `max_skipped_updates` steps
+  were skipped, NonFiniteUpdateError names the step and `name`. With
+  `checkpoints`, the training state is saved every `checkpoint_every` steps
+  and at the end, and training resumes from the latest one (the batches
+  already drawn are drawn again and dropped, so a resumed run is the same).
+  Each save is waited for before the next step. With a `label`, prints
+  progress lines (`train.progress`) under it.
+  """
   if steps <= 0:
     return params, []
   opt = supervised_optimizer(learning_rate, steps)
   update = supervised_update(model_config, opt, mesh, rules)
   opt_state = jax.jit(opt.init)(params)
+  # Leaves not laid out over the mesh (the step counter) are replicated over
+  # it, so a restored state has one layout with the parameters.
+  opt_state = jax.device_put(opt_state, jax.tree.map(
+      lambda x: (x.sharding
+                 if isinstance(x.sharding, jax.sharding.NamedSharding)
+                 else sharding.replicated(mesh)), opt_state))
+  loss_history = []
+  first = checkpoints.latest_step() if checkpoints else None
+  if first is not None:
+    restored = checkpoints.restore(first, dict(
+        params=params, opt_state=opt_state,
+        losses=np.zeros(steps, np.float32)))
+    params, opt_state = restored["params"], restored["opt_state"]
+    loss_history = list(np.asarray(restored["losses"])[:first])
+    logging.info("%s: resuming from its checkpoint at step %d of %d.", name,
+                 first, steps)
+  first = first or 0
   rng = np.random.default_rng(seed)
   n = len(data.prompt)
-  loss_history = []
+  for _ in range(first):  # the batches of the restored steps
+    rng.integers(0, n, batch_size)
+  skipped = nonfinite.SkippedUpdates(max_skipped_updates,
+                                     names=(f"{name}/skipped_updates",))
   window = dispatch.DispatchWindow()
   reporter = progress.Progress(label, steps) if label else None
-  for step in range(1, steps + 1):
+  for step in range(first + 1, steps + 1):
     idx = rng.integers(0, n, batch_size)
     batch = sharding.shard_batch(tuple(x[idx] for x in data), mesh, rules)
-    params, opt_state, loss = update(params, opt_state, batch)
+    params, opt_state, loss, skip = update(params, opt_state, batch)
+    skipped.add(step, {f"{name}/skipped_updates": skip})
     loss_history.append(loss)
     window.push(loss)
+    if checkpoints and (step == steps or (checkpoint_every
+                                          and step % checkpoint_every == 0)):
+      skipped.check()  # never save a diverged state
+      losses = np.zeros(steps, np.float32)
+      losses[:step] = jax.device_get(loss_history)
+      checkpoints.save(step, dict(params=params, opt_state=opt_state,
+                                  losses=losses))
+      # Waited for: its error raised here, its checksums recorded now (a kill
+      # later leaves it intact).
+      checkpoints.finish()
     if reporter:
       reporter.update(step)
+  skipped.check()
   return params, [float(x) for x in jax.device_get(loss_history)]
+
+CHECKPOINT_DIR = "warmstart_checkpoints"
+
+
+def checkpoint_dir(workdir: epath.Path) -> epath.Path:
+  """Where stage 1 keeps its checkpoints (one folder per player) until the
+  run's step-0 checkpoint holds its result."""
+  return workdir / CHECKPOINT_DIR
 
 
 def warmstart(config, domain: TaskDomain, agent_model: ModelConfig,
               simulator_model: ModelConfig, agent_params, simulator_params,
-              rows: np.ndarray, difficulty: np.ndarray, mesh, rules):
-  """Runs stage 1 for both players. Returns (agent params, simulator params, metrics)."""
+              rows: np.ndarray, difficulty: np.ndarray, mesh, rules,
+              workdir: epath.Path | None = None, chief: bool = True):
+  """Runs stage 1 for both players. Returns (agent params, simulator params,
+  metrics). With `workdir`, each player's training is checkpointed every
+  config.warmstart.checkpoint_every steps under checkpoint_dir(workdir) and
+  resumed from there."""
   ws = config.warmstart
   shared = dict(batch_size=ws.batch_size, learning_rate=ws.learning_rate,
-                mesh=mesh, rules=rules)
+                mesh=mesh, rules=rules,
+                max_skipped_updates=config.max_skipped_updates,
+                checkpoint_every=ws.checkpoint_every)
+
+  def checkpoints(player):
+    if workdir is None:
+      return None
+    return checkpointing.Checkpoints(checkpoint_dir(workdir) / player,
+                                     max_to_keep=1, keep_steps=(),
+                                     chief=chief)
   rng = np.random.default_rng(config.seed + 1)
   num_examples = max(max(ws.agent_steps, ws.simulator_steps) * ws.batch_size, 1)
   agent_losses = simulator_losses = []
@@ -153,14 +229,18 @@ def warmstart(config, domain: TaskDomain, agent_model: ModelConfig,
         agent_model, agent_params,
         agent_data(domain, rows, difficulty, ws.agent_level_weights, rng,
                    num_examples),
-        steps=ws.agent_steps, seed=config.seed, label="stage 1: agent", **shared)
+        steps=ws.agent_steps, seed=config.seed, name="warmstart/agent",
+        label="stage 1: agent",
+        checkpoints=checkpoints("agent"), **shared)
   if ws.simulator_steps > 0:
     simulator_params, simulator_losses = train_supervised(
         simulator_model, simulator_params,
         simulator_data(domain, rows, difficulty, rng, num_examples,
                  ws.simulator_difficulty_step),
         steps=ws.simulator_steps, seed=config.seed + 2,
-        label="stage 1: simulator", **shared)
+        name="warmstart/simulator", label="stage 1: simulator",
+        checkpoints=checkpoints("simulator"),
+        **shared)
   metrics = {}
   if agent_losses:
     metrics["warmstart/agent_loss"] = float(np.mean(agent_losses[-20:]))

@@ -1,0 +1,289 @@
+"""Faults injected into the smoke config, and what the run does about each:
+divergence, corrupt checkpoints, a changed config, a second process, kills
+in stage 1 and before checkpoint 0 (issue 23; docs/robustness.md).
+
+One finished 2-step run is shared; each case copies it or reads it.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+
+from etils import epath
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from configs import default
+from train import checkpointing
+from train import loop
+from train import metrics_log
+from train import nonfinite
+from train import warmstart
+from train import workdir as workdir_lib
+
+
+def _config(tfds_dir, **fields):
+  config = default.get_config("smoke")
+  config.data.tfds_dir = tfds_dir
+  config.coevolve.num_steps = 2
+  for name, value in fields.items():
+    node = config
+    *parents, leaf = name.split(".")
+    for parent in parents:
+      node = node[parent]
+    node[leaf] = value
+  return config
+
+
+def _records(workdir):
+  return [{k: v for k, v in r.items() if not k.startswith("perf/")
+           and k not in ("steps_per_sec", "uptime")}
+          for r in metrics_log.read_metrics(
+              os.path.join(workdir, metrics_log.METRICS_FILE))]
+
+
+def _raw_checkpoint(workdir, step):
+  manager = ocp.CheckpointManager(
+      os.path.join(workdir, "checkpoints"),
+      options=ocp.CheckpointManagerOptions(read_only=True))
+  return manager.restore(step, args=ocp.args.StandardRestore())
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+  """(tfds_dir, workdir) of a finished smoke run of 2 steps."""
+  tfds_dir = str(tmp_path_factory.getbasetemp() / "tfds")
+  workdir = str(tmp_path_factory.mktemp("finished"))
+  loop.train_and_evaluate(_config(tfds_dir), workdir)
+  return tfds_dir, workdir
+
+
+def _largest_data_file(step_dir: epath.Path) -> epath.Path:
+  files = [p for p in checkpointing._files(step_dir)
+           if "/d/" in str(p)]
+  return max(files, key=lambda p: p.stat().length)
+
+
+def _flip_bytes(path):
+  data = bytearray(path.read_bytes())
+  middle = len(data) // 2
+  for i in range(middle, middle + 64):
+    data[i] ^= 0xFF
+  path.write_bytes(bytes(data))
+
+
+def _truncate(path):
+  path.write_bytes(path.read_bytes()[:-100])
+
+
+def _delete_metadata(step_dir):
+  (step_dir / "default" / "_METADATA").unlink()
+
+
+@pytest.mark.parametrize("fault", ["flipped_bytes", "truncated", "deleted"])
+def test_each_checkpoint_corruption_is_detected_naming_the_file(
+    finished, tmp_path, fault):
+  _, workdir = finished
+  step_dir = epath.Path(tmp_path / "2")
+  shutil.copytree(os.path.join(workdir, "checkpoints", "2"), step_dir)
+  assert checkpointing.verify(step_dir) is None
+  if fault == "deleted":
+    _delete_metadata(step_dir)
+    expected = f"{step_dir / 'default' / '_METADATA'} is missing"
+  else:
+    data_file = _largest_data_file(step_dir)
+    (_flip_bytes if fault == "flipped_bytes" else _truncate)(data_file)
+    expected = str(data_file)
+  problem = checkpointing.verify(step_dir)
+  assert problem is not None and expected in problem
+  if fault == "truncated":
+    assert "bytes," in problem
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(
+    finished, tmp_path, capsys):
+  tfds_dir, workdir = finished
+  copy = str(tmp_path / "run")
+  shutil.copytree(workdir, copy)
+  data_file = _largest_data_file(epath.Path(copy) / "checkpoints" / "2")
+  _flip_bytes(data_file)
+  loop.train_and_evaluate(_config(tfds_dir), copy)
+  assert f"Checkpoint step 2 skipped: {data_file}" in capsys.readouterr().out
+  rejected = os.listdir(os.path.join(copy, checkpointing.REJECTED_DIR))
+  assert [name.split("-")[0] for name in rejected] == ["2"]
+  # Steps 1-2 were run again from step 0: the same metrics and parameters.
+  assert _records(copy) == _records(workdir)
+  again, first = _raw_checkpoint(copy, 2), _raw_checkpoint(workdir, 2)
+  for a, b in zip(*(jax.tree.leaves(x["agent"]["params"])
+                    for x in (again, first))):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_no_intact_checkpoint_is_an_error_naming_the_files(finished,
+                                                          tmp_path):
+  _, workdir = finished
+  directory = epath.Path(tmp_path / "checkpoints")
+  shutil.copytree(os.path.join(workdir, "checkpoints"), directory)
+  _delete_metadata(directory / "2")
+  _truncate(_largest_data_file(directory / "0"))
+  with pytest.raises(checkpointing.CorruptCheckpointError) as info:
+    checkpointing.Checkpoints(directory, 2)
+  message = str(info.value)
+  assert f"step 2: {directory / '2' / 'default' / '_METADATA'} is missing" in (
+      message)
+  assert "step 0: " in message and "bytes," in message
+
+
+@pytest.mark.parametrize("field,value,conflict", [
+    ("curriculum.alpha", 0.3, "curriculum.alpha: 0.5 != 0.3"),
+    ("agent.model_overrides.hidden_size", 64,
+     "agent.model_overrides.hidden_size: 32 != 64"),
+])
+def test_rerun_with_a_changed_config_is_refused_naming_the_field(
+    finished, tmp_path, field, value, conflict):
+  tfds_dir, workdir = finished
+  copy = str(tmp_path / "run")
+  shutil.copytree(workdir, copy)
+  saved = (epath.Path(copy) / "config.json").read_text()
+  with pytest.raises(ValueError, match="another config") as info:
+    loop.train_and_evaluate(_config(tfds_dir, **{field: value}), copy)
+  assert conflict in str(info.value)
+  assert (epath.Path(copy) / "config.json").read_text() == saved
+  assert not os.path.exists(os.path.join(copy, workdir_lib.LOCK_FILE))
+
+
+def test_fields_listed_as_resumable_may_change():
+  config = default.get_config("smoke")
+  saved = json.loads(config.to_json_best_effort())
+  config.coevolve.num_steps = 100
+  config.eval.every_steps = 10
+  config.mesh.data = 4
+  assert workdir_lib.config_conflicts(config, saved) == []
+  config.seed = 1
+  assert workdir_lib.config_conflicts(config, saved) == ["seed: 0 != 1"]
+
+
+def test_workdir_held_by_a_live_process_is_refused_naming_it(finished,
+                                                             tmp_path):
+  tfds_dir, _ = finished
+  holder = subprocess.Popen(["sleep", "60"])
+  try:
+    (tmp_path / workdir_lib.LOCK_FILE).write_text(json.dumps(
+        {"pid": holder.pid, "host": socket.gethostname()}))
+    with pytest.raises(workdir_lib.WorkdirLockedError,
+                       match=f"process {holder.pid} on host "
+                       f"'{socket.gethostname()}'"):
+      loop.train_and_evaluate(_config(tfds_dir), str(tmp_path))
+    # A lock from another host is refused too: its holder cannot be seen.
+    (tmp_path / workdir_lib.LOCK_FILE).write_text(json.dumps(
+        {"pid": 1, "host": "elsewhere"}))
+    with pytest.raises(workdir_lib.WorkdirLockedError, match="'elsewhere'"):
+      workdir_lib.WorkdirLock(str(tmp_path)).__enter__()
+  finally:
+    holder.kill()
+    holder.wait()
+  assert not (tmp_path / "config.json").exists()
+
+
+def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
+  dead = subprocess.Popen(["true"])
+  dead.wait()
+  lock_file = tmp_path / workdir_lib.LOCK_FILE
+  lock_file.write_text(json.dumps({"pid": dead.pid,
+                                   "host": socket.gethostname()}))
+  with workdir_lib.WorkdirLock(str(tmp_path)):
+    assert json.loads(lock_file.read_text())["pid"] == os.getpid()
+    with pytest.raises(workdir_lib.WorkdirLockedError):  # not twice
+      workdir_lib.WorkdirLock(str(tmp_path)).__enter__()
+  assert not lock_file.exists()
+
+
+def test_diverging_run_stops_before_its_next_checkpoint(finished, tmp_path):
+  tfds_dir, workdir = finished
+  # An infinite learning rate: every update is non-finite.
+  config = _config(tfds_dir, **{"agent.learning_rate": float("inf"),
+                                "simulator.learning_rate": float("inf"),
+                                "max_skipped_updates": 0,
+                                "warmstart.init_from": workdir})
+  with pytest.raises(nonfinite.NonFiniteUpdateError,
+                     match=r"Step 1: agent/skipped_updates counts 2 "):
+    loop.train_and_evaluate(config, str(tmp_path))
+  assert os.listdir(tmp_path / "checkpoints") == ["0"]
+  step1 = [r for r in metrics_log.read_metrics(
+      tmp_path / metrics_log.METRICS_FILE) if r["step"] == 1]
+  assert step1 and step1[0]["agent/skipped_updates"] == 2
+
+
+def test_diverging_warm_start_stops_before_its_checkpoint(finished, tmp_path):
+  tfds_dir, _ = finished
+  config = _config(tfds_dir, **{"warmstart.learning_rate": 1e6,
+                                "max_skipped_updates": 0})
+  with pytest.raises(nonfinite.NonFiniteUpdateError,
+                     match=r"warmstart/agent/skipped_updates") as info:
+    loop.train_and_evaluate(config, str(tmp_path))
+  stopped = int(str(info.value).split(":")[0].removeprefix("Step "))
+  saved = os.listdir(tmp_path / warmstart.CHECKPOINT_DIR / "agent")
+  assert all(int(step) < stopped for step in saved)
+  assert not (tmp_path / "checkpoints" / "0").exists()
+
+
+class _Killed(BaseException):
+  """Stands for the process being killed at that point."""
+
+
+def test_kills_in_warm_start_and_before_checkpoint0_resume_to_the_same_run(
+    finished, tmp_path, monkeypatch):
+  tfds_dir, workdir = finished
+  config = _config(tfds_dir)
+  save = checkpointing.Checkpoints.save
+
+  def kill_at(directory_name, step):
+    def fake_save(self, s, state):
+      if self.directory.name == directory_name and s == step:
+        raise _Killed()
+      save(self, s, state)
+    monkeypatch.setattr(checkpointing.Checkpoints, "save", fake_save)
+
+  # 1. Killed at the agent warm-start's last save: its step-2 checkpoint
+  # holds; the rerun trains steps 3-4 only.
+  kill_at("agent", config.warmstart.agent_steps)
+  with pytest.raises(_Killed):
+    loop.train_and_evaluate(config, str(tmp_path))
+  assert os.listdir(tmp_path / warmstart.CHECKPOINT_DIR / "agent") == ["2"]
+  # 2. Killed after the step-0 answers and metrics, before checkpoint 0.
+  kill_at("checkpoints", 0)
+  with pytest.raises(_Killed):
+    loop.train_and_evaluate(config, str(tmp_path))
+  assert (tmp_path / checkpointing.STEP0_ANSWERS).exists()
+  assert not (tmp_path / "checkpoints" / "0").exists()
+  # 3. A clean rerun: the same run as one never killed, no duplicate lines.
+  monkeypatch.setattr(checkpointing.Checkpoints, "save", save)
+  loop.train_and_evaluate(config, str(tmp_path))
+  assert _records(str(tmp_path)) == _records(workdir)
+  assert not (tmp_path / warmstart.CHECKPOINT_DIR).exists()
+  np.testing.assert_array_equal(
+      np.load(tmp_path / checkpointing.STEP0_ANSWERS),
+      np.load(os.path.join(workdir, checkpointing.STEP0_ANSWERS)))
+
+
+def test_nonfinite_metric_is_named_in_its_record(tmp_path):
+  writer = metrics_log.JsonlWriter(str(tmp_path))
+  writer.write_scalars(3, {"agent/loss": float("nan"), "env/kl": 0.5})
+  assert metrics_log.read_metrics(tmp_path / metrics_log.METRICS_FILE) == [
+      {"step": 3, "agent/loss": None, "env/kl": 0.5,
+       metrics_log.NONFINITE_KEY: ["agent/loss"]}]
+
+
+def test_config_validation_rows_of_issue_23():
+  validation = pytest.importorskip("train.config_validation")
+  config = default.get_config("smoke")
+  for field, value in (("curriculum.alpha", 1.5), ("coevolve.attempts", 0),
+                       ("coevolve.num_seeds", 0)):
+    bad = _config("", **{field: value})
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+      validation.validate(bad, 8)
+  validation.validate(config, 8)

@@ -1,0 +1,168 @@
+"""One run per workdir: a lock against a second process, and one config.
+
+`WorkdirLock` keeps `LOCK_FILE` (the holder's PID and host) in the workdir
+while a run is in it; a second run is refused with the holder named, and a
+lock left by a dead process on this host is taken over.
+
+`check_config` compares a rerun's config with the workdir's config.json and
+refuses it if any field that changes the run differs; the fields that may
+change on resume are `RESUMABLE_FIELDS`. `write_config` writes config.json,
+and is called only after the check passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from typing import Any
+
+from absl import logging
+import ml_collections
+
+from configs import flatten
+from train import checkpointing
+
+LOCK_FILE = "LOCK"
+CONFIG_FILE = "config.json"
+
+# Fields (dotted names; a trailing "." covers a block) that a rerun of a
+# workdir may change: how long it runs, how often it logs, evaluates, saves
+# and profiles, where the seed-data cache lives, how many non-finite updates
+# it tolerates, and the device mesh (a run may resume on another slice; the
+# restored state is laid out for the new one). Every other field shapes what
+# the run computes, so a rerun must keep it.
+RESUMABLE_FIELDS = (
+    "coevolve.num_steps", "log_every", "eval.every_steps", "checkpoint_every",
+    "max_checkpoints", "profile_first_step", "data.tfds_dir",
+    "max_skipped_updates", "warmstart.checkpoint_every", "mesh.",
+)
+# Fields added to the config after runs were made, each with the value a run
+# whose config.json lacks it ran with.
+ADDED_FIELDS = {"task.pad_operands": False}
+
+
+def _resumable(field: str) -> bool:
+  return any(field == p or (p.endswith(".") and field.startswith(p))
+             for p in RESUMABLE_FIELDS)
+
+
+def config_conflicts(config: ml_collections.ConfigDict,
+                     saved: dict[str, Any]) -> list[str]:
+  """Fields outside RESUMABLE_FIELDS on which the saved config (a parsed
+  config.json) and `config` differ, each as "field: saved != new"."""
+  theirs = flatten(saved)
+  ours = flatten(json.loads(config.to_json_best_effort()))
+  for field, value in ADDED_FIELDS.items():
+    if field in ours:
+      theirs.setdefault(field, value)
+  # JSON turns tuples into lists: compare both as JSON values.
+  norm = lambda v: json.loads(json.dumps(v))
+  return [f"{k}: {theirs.get(k)!r} != {ours.get(k)!r}"
+          for k in sorted(theirs.keys() | ours.keys())
+          if not _resumable(k) and norm(theirs.get(k)) != norm(ours.get(k))]
+
+
+def check_config(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Raises ValueError naming every field on which `config` differs from
+  the workdir's config.json (if there is one) outside RESUMABLE_FIELDS."""
+  path = checkpointing.workdir_path(workdir) / CONFIG_FILE
+  if not path.exists():
+    return
+  try:
+    saved = json.loads(path.read_text())
+  except ValueError as e:
+    raise ValueError(f"{path} is not valid JSON ({e}); it records the run in "
+                     "this workdir. Restore it or use another workdir.") from e
+  conflicts = config_conflicts(config, saved)
+  if conflicts:
+    raise ValueError(
+        f"{path}: this workdir holds a run made with another config "
+        f"({'; '.join(conflicts)}). Rerun with the saved values or use a new "
+        "workdir; fields that may change on resume: "
+        f"{', '.join(RESUMABLE_FIELDS)}.")
+
+
+def write_config(config: ml_collections.ConfigDict, workdir: str) -> None:
+  checkpointing.write_atomic(
+      checkpointing.workdir_path(workdir) / CONFIG_FILE,
+      config.to_json_best_effort(indent=2).encode())
+
+
+class WorkdirLockedError(RuntimeError):
+  """Another live process holds the workdir's lock."""
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+class WorkdirLock:
+  """`with WorkdirLock(workdir):` holds workdir/LOCK ({"pid", "host",
+  "time"}) for the run. A lock held by a live process, or by any process on
+  another host (whose liveness this host cannot see), is refused naming its
+  PID and host; one left by a dead process on this host is taken over."""
+
+  def __init__(self, workdir: str):
+    self.path = checkpointing.workdir_path(workdir) / LOCK_FILE
+    self.me = {"pid": os.getpid(), "host": socket.gethostname()}
+
+  def _holder(self) -> dict | None:
+    try:
+      return json.loads(self.path.read_text())
+    except FileNotFoundError:
+      return None
+    except ValueError:
+      return {}  # being written, or garbage: not ours
+
+  def _create(self) -> bool:
+    """Creates the lock file unless one exists (atomically on a local disk;
+    on object storage, which has no exclusive create, the last write wins and
+    the re-read below tells)."""
+    record = json.dumps(dict(self.me, time=time.time())).encode()
+    if "://" in str(self.path):
+      checkpointing.write_atomic(self.path, record)
+      return True
+    try:
+      fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+      return False
+    with os.fdopen(fd, "wb") as f:
+      f.write(record)
+    return True
+
+  def _refuse(self, holder: dict | None) -> WorkdirLockedError:
+    holder = holder or {}
+    return WorkdirLockedError(
+        f"{self.path}: the workdir is in use by process {holder.get('pid')} "
+        f"on host {holder.get('host')!r}. Wait for it to finish; if that "
+        "process is gone (e.g. on another host), delete the file.")
+
+  def __enter__(self) -> "WorkdirLock":
+    holder = self._holder()
+    if holder is not None:
+      pid, host = holder.get("pid"), holder.get("host")
+      if not (host == self.me["host"] and isinstance(pid, int)
+              and pid != self.me["pid"] and not _alive(pid)):
+        raise self._refuse(holder)
+      logging.warning("%s: taking over the lock of process %d on %s, which "
+                      "is no longer running.", self.path, pid, host)
+      self.path.unlink(missing_ok=True)
+    if not self._create():
+      raise self._refuse(self._holder())
+    holder = self._holder() or {}
+    if {k: holder.get(k) for k in self.me} != self.me:
+      raise self._refuse(holder)
+    return self
+
+  def __exit__(self, *exc) -> None:
+    holder = self._holder()
+    if holder and {k: holder.get(k) for k in self.me} == self.me:
+      self.path.unlink()
