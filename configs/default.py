@@ -95,6 +95,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # tasks, a few harder ones, none of the hardest.
       agent_level_weights=(8, 4, 2, 1, 0),
       simulator_difficulty_step=1,   # simulator lessons: seed of level d -> task of level d±1
+      # Where the simulator starts co-evolution: "matched" (its lessons above),
+      # or "hard" / "easy": after them, simulator_start_steps more lessons
+      # whose target level is the seed's + simulator_start_offsets[name]
+      # (± simulator_difficulty_step), so it writes tasks the agent solves
+      # rarely / almost always (docs/experiment.md gives the measured rates).
+      simulator_start="matched",
+      simulator_start_steps=200,
+      simulator_start_offsets=ml_collections.ConfigDict(dict(hard=2, easy=-1)),
   ))
 
   c.coevolve = ml_collections.ConfigDict(dict(
@@ -123,14 +131,28 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   # The α-curriculum (paper: α = 0.5, k_min = 0.1, λ = 1; β not given).
   c.curriculum = ml_collections.ConfigDict(dict(
+      # Target success rate of generated tasks; at 0.5 the expected squared
+      # policy-gradient norm of a binary reward, ∝ p(1-p), peaks.
       alpha=0.5,
+      # β in R_env = exp(-β (p̂ - α)²). The public config's 2.0 (read by
+      # nothing) makes R_env span only [0.61, 1] over p̂ ∈ [0, 1] and
+      # [0.98, 1] in the band, so RWR weights exp(λ R_env) barely differ. At
+      # 20: R(α) = 1, R(α ± 0.1) = 0.82 (band edge), R(α ± 0.19) ≈ 0.5,
+      # R(0) = R(1) = e^-5 when α = 0.5.
       beta=20.0,
-      band=0.1,
-      rwr_temperature=1.0,
-      reward="alpha",        # "alpha" | "uncertainty" | "learnability"
+      band=0.1,              # k_min: keep tasks with |p̂ - α| <= band
+      # True: the band filter applies under every reward, "uncertainty" and
+      # "learnability" included, so the reward arms differ from genenv only
+      # in their RWR weights among the same kept tasks. False: every valid
+      # task enters the simulator update, weighted by its reward alone.
+      band_filter=True,
+      rwr_temperature=1.0,   # λ in the RWR weights exp(λ R_env)
+      # "alpha" (GenEnv) | "uncertainty" 1 - 2|p̂ - ½| | "learnability"
+      # 1 - p̂ if 0 < p̂ < 1 else 0.
+      reward="alpha",
       per_seed=True,         # p̂ pooled over a seed's m variations (m·G attempts, the
                              # paper's per-batch count) rather than per task (G)
-      success_threshold=1.0,
+      success_threshold=1.0,  # an attempt succeeds when its reward >= this
   ))
 
   # Agent GRPO (paper gives none of these; public config values).
@@ -151,6 +173,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       kl_coef=1.0,
       kl_estimator="k3",
       kl_cap=0.02,           # largest KL(before || after) of one update; <= 0: no cap
+      # PG's baseline: "batch" (the mean R_env over the step's valid
+      # generations) or "seed" (the mean over each seed's variations, GRPO
+      # style). With curriculum.per_seed every variation of a seed shares its
+      # R_env, so only "batch" leaves a nonzero advantage; "seed" needs
+      # per_seed=False (R_env from each task's own p̂), and the pair
+      # (seed, per_seed=True) is refused.
+      pg_baseline="batch",
+      # Share in [0, 1) of the RWR batch drawn from D_env (kept generations
+      # of earlier steps, weighted by their stored R_env) beside the step's
+      # own M generations: round(M·share / (1 - share)) rows. 0: the step's
+      # generations only.
+      replay_share=0.0,
   ))
 
   c.pool = ml_collections.ConfigDict(dict(

@@ -198,7 +198,7 @@ def simulator_update(config, players: Players, simulator: PlayerState, prompt,
     def loss_fn(params):
       return losses.simulator_pg_loss(scores(params).logp, old_logp, ref_logp,
                                 task_mask, reward, num_seeds, variations,
-                                pg_cfg, valid)
+                                pg_cfg, valid, eu.pg_baseline)
     learn = jnp.any(valid)
 
   (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
@@ -268,6 +268,9 @@ def make_step(config, domain: TaskDomain, players: Players
         "config.coevolve.generation='static' takes its tasks from the frozen "
         "warm-started simulator; it needs config.simulator_update.method='none', "
         f"not {config.simulator_update.method!r}.")
+  if config.simulator_update.method == "pg":
+    losses.check_pg_baseline(config.simulator_update.pg_baseline,
+                             config.curriculum.per_seed)
   if not 0.0 <= cc.seed_trim < 0.5:
     raise ValueError(f"config.coevolve.seed_trim={cc.seed_trim} must lie in "
                      "[0, 0.5).")
