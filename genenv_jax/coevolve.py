@@ -28,6 +28,7 @@ from genenv_jax import curriculum
 from genenv_jax import losses
 from genenv_jax import policy
 from genenv_jax import pool as pool_lib
+from genenv_jax import replay
 from genenv_jax import sharding
 from genenv_jax.sampling import SamplingConfig, sample
 from genenv_jax.tasks.base import ParsedTasks, TaskDomain
@@ -165,10 +166,12 @@ def simulator_update(config, players: Players, simulator: PlayerState, prompt,
                      reward, weights, num_seeds, variations):
   """One simulator update on its M = num_seeds * variations generations.
 
-  Args: prompt int32[M, Pe] + prompt_mask; task int32[M, L] (what it wrote) +
-  task_mask; old_logp, ref_logp f32[M, L] under the sampling and the initial
-  simulator; valid bool[M]; reward f32[M] (R_env); weights f32[M] (RWR,
-  zero outside the band). Rows are seed-major.
+  Args: the fields of a SimulatorBatch: prompt int32[M, Pe] + prompt_mask;
+  task int32[M, L] (what it wrote) + task_mask; old_logp, ref_logp f32[M, L]
+  under the sampling and the initial simulator; valid bool[M]; reward f32[M]
+  (R_env); weights f32[M] (RWR, zero outside the band). Rows are seed-major;
+  RWR batches may carry rows replayed from D_env after the M
+  (`replay.with_replayed_generations`), with valid False.
 
   RWR: weighted max-likelihood of kept generations + KL to the initial
   simulator; PG: GRPO over each seed's variations with R_env as reward. Either
@@ -271,6 +274,7 @@ def make_step(config, domain: TaskDomain, players: Players
   if config.simulator_update.method == "pg":
     losses.check_pg_baseline(config.simulator_update.pg_baseline,
                              config.curriculum.per_seed)
+  num_replayed = replay.num_replayed_generations(config)
   if not 0.0 <= cc.seed_trim < 0.5:
     raise ValueError(f"config.coevolve.seed_trim={cc.seed_trim} must lie in "
                      "[0, 0.5).")
@@ -292,7 +296,8 @@ def make_step(config, domain: TaskDomain, players: Players
 
   def step(state: CoevolveState) -> tuple[CoevolveState, dict]:
     keys = jax.random.split(jax.random.fold_in(state.rng, state.step), 6)
-    seed_key, simulator_key, replay_key, agent_key, update_key, _ = keys
+    (seed_key, simulator_key, replay_key, agent_key, update_key,
+     generation_key) = keys
 
     # 1. The simulator writes `variations` tasks per seed task. Static
     # generation: seeds from the base data only and no summary signal, so with
@@ -360,10 +365,18 @@ def make_step(config, domain: TaskDomain, players: Players
     if config.simulator_update.method == "none":
       simulator, simulator_metrics = state.simulator, {}
     else:
+      simulator_batch = replay.SimulatorBatch(
+          gen_prompt, gen_prompt_mask, simulator_out.tokens, simulator_out.mask,
+          simulator_old_logp, simulator_ref_logp, fresh.valid, cur.reward,
+          cur.weights)
+      if num_replayed:
+        simulator_batch = replay.with_replayed_generations(
+            config, players.simulator_model, state.simulator.ref_params,
+            state.generation_pool, simulator_batch, cur.keep, generation_key,
+            num_replayed)
       simulator, simulator_metrics = simulator_update(
-          config, players, state.simulator, gen_prompt, gen_prompt_mask,
-          simulator_out.tokens, simulator_out.mask, simulator_old_logp, simulator_ref_logp,
-          fresh.valid, cur.reward, cur.weights, num_seeds, variations)
+          config, players, state.simulator, *simulator_batch, num_seeds,
+          variations)
 
     # 8. Pools (with the agent's success rate on each task attempted) and
     # metrics.
