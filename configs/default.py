@@ -258,9 +258,18 @@ def _arm_genenv(c: ml_collections.ConfigDict) -> None:
 
 
 def _arm_genenv_pg(c: ml_collections.ConfigDict) -> None:
-  """The simulator trained by policy gradient on R_env instead of RWR."""
+  """The simulator trained by policy gradient on R_env instead of RWR (its
+  baseline: simulator_update.pg_baseline)."""
   c.simulator_update.method = "pg"
   c.curriculum.reward = "alpha"
+
+
+def _arm_genenv_replay(c: ml_collections.ConfigDict) -> None:
+  """genenv whose RWR batch is half D_env: the step's generations plus as
+  many replayed from earlier steps, weighted by their stored R_env."""
+  c.simulator_update.method = "rwr"
+  c.curriculum.reward = "alpha"
+  c.simulator_update.replay_share = 0.5
 
 
 def _arm_frozen_env(c: ml_collections.ConfigDict) -> None:
@@ -285,13 +294,15 @@ def _arm_reference_code(c: ml_collections.ConfigDict) -> None:
 
 
 def _arm_uncertainty(c: ml_collections.ConfigDict) -> None:
-  """RWR simulator rewarded by uncertainty 1 - 2|p̂ - ½| instead of α."""
+  """RWR simulator rewarded by uncertainty 1 - 2|p̂ - ½| instead of α,
+  among the same band-filtered tasks (curriculum.band_filter)."""
   c.simulator_update.method = "rwr"
   c.curriculum.reward = "uncertainty"
 
 
 def _arm_learnability(c: ml_collections.ConfigDict) -> None:
-  """RWR simulator rewarded by learnability (1 - p̂ when 0 < p̂ < 1)."""
+  """RWR simulator rewarded by learnability (1 - p̂ when 0 < p̂ < 1), among
+  the same band-filtered tasks (curriculum.band_filter)."""
   c.simulator_update.method = "rwr"
   c.curriculum.reward = "learnability"
 
@@ -299,6 +310,7 @@ def _arm_learnability(c: ml_collections.ConfigDict) -> None:
 ARMS = {
     "genenv": _arm_genenv,
     "genenv_pg": _arm_genenv_pg,
+    "genenv_replay": _arm_genenv_replay,
     "frozen_env": _arm_frozen_env,
     "static": _arm_static,
     "reference_code": _arm_reference_code,

@@ -29,6 +29,8 @@ _spec.loader.exec_module(sweep)
 _ARM_FIELDS = {
     "genenv": {"simulator_update.method": "rwr", "curriculum.reward": "alpha"},
     "genenv_pg": {"simulator_update.method": "pg", "curriculum.reward": "alpha"},
+    "genenv_replay": {"simulator_update.method": "rwr", "curriculum.reward": "alpha",
+                      "simulator_update.replay_share": 0.5},
     "frozen_env": {"simulator_update.method": "none"},
     "static": {"simulator_update.method": "none", "coevolve.generation": "static"},
     "reference_code": {"simulator_update.method": "none", "coevolve.seed_trim": 0.1,

@@ -263,6 +263,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
       logging.info("Stage 1: the warm-started players of %s.", init_from)
       state, step0_metrics = init_from_lib.restore_step0(
           config, target, workdir_path(init_from))
+      if init_from_lib.simulator_start_pending(config,
+                                               workdir_path(init_from)):
+        state = jax.device_put(state.replace(
+            simulator=warmstart.started_simulator_state(
+                config, domain, players, state.simulator, train["task"],
+                train["difficulty"], mesh, rules)), shardings)
       step0_answers = evaluate.correct(state.agent.params)
     else:
       eval_metrics, step0_answers = evaluate.metrics_and_answers(
