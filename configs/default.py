@@ -237,7 +237,8 @@ def _shrink_to_smoke(c: ml_collections.ConfigDict) -> None:
     player.model_overrides = ml_collections.ConfigDict(dict(
         num_layers=1, hidden_size=32, intermediate_size=64, num_heads=2,
         num_kv_heads=1))
-  c.warmstart.update(agent_steps=4, simulator_steps=4, batch_size=16)
+  c.warmstart.update(agent_steps=4, simulator_steps=4, simulator_start_steps=4,
+                     batch_size=16)
   c.coevolve.update(num_steps=4, num_seeds=4, variations=2, attempts=4,
                     agent_minibatches=2)
   c.pool.update(capacity=256, num_base=64, replay_tasks=4, generation_capacity=32)
