@@ -174,7 +174,8 @@ def simulator_update(config, players: Players, simulator: PlayerState, prompt,
   (`replay.with_replayed_generations`), with valid False.
 
   RWR: weighted max-likelihood of kept generations + KL to the initial
-  simulator; PG: GRPO over each seed's variations with R_env as reward. Either
+  simulator; PG: GRPO-style on R_env, the baseline per seed or per batch
+  (config.simulator_update.pg_baseline). Either
   way the update is scaled back so its KL (pre- vs post-update policy, on these
   generations) stays within config.simulator_update.kl_cap. Batches with nothing to
   learn from (no kept generation for RWR) leave the simulator unchanged.

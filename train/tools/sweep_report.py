@@ -411,7 +411,11 @@ def write_report(sweep_dir: str, out_dir: str, command: str) -> str:
   if comparison:
     lines += [f"## Arms against {REFERENCE_ARM}", "",
               "Per-seed difference in final held-out accuracy (same seed, "
-              "same α), mean ± std over the seed pairs.", ""]
+              "same α, same simulator start), the mean over the seed pairs "
+              "with its 95% t-interval; \"CI excludes 0\" marks the "
+              "differences this many seeds show to be real. An arm label "
+              "\"arm [start]\" names a simulator start other than "
+              "\"matched\" (config.warmstart.simulator_start).", ""]
     lines += comparison + [""]
   alphas = alpha_table(groups)
   if alphas:
