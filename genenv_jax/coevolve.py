@@ -28,7 +28,7 @@ from genenv_jax import curriculum
 from genenv_jax import losses
 from genenv_jax import policy
 from genenv_jax import pool as pool_lib
-from genenv_jax import replay
+from genenv_jax import replay as generation_replay
 from genenv_jax import sharding
 from genenv_jax.sampling import SamplingConfig, sample
 from genenv_jax.tasks.base import ParsedTasks, TaskDomain
@@ -171,7 +171,7 @@ def simulator_update(config, players: Players, simulator: PlayerState, prompt,
   under the sampling and the initial simulator; valid bool[M]; reward f32[M]
   (R_env); weights f32[M] (RWR, zero outside the band). Rows are seed-major;
   RWR batches may carry rows replayed from D_env after the M
-  (`replay.with_replayed_generations`), with valid False.
+  (`generation_replay.with_replayed_generations`), with valid False.
 
   RWR: weighted max-likelihood of kept generations + KL to the initial
   simulator; PG: GRPO-style on R_env, the baseline per seed or per batch
@@ -275,7 +275,7 @@ def make_step(config, domain: TaskDomain, players: Players
   if config.simulator_update.method == "pg":
     losses.check_pg_baseline(config.simulator_update.pg_baseline,
                              config.curriculum.per_seed)
-  num_replayed = replay.num_replayed_generations(config)
+  num_replayed = generation_replay.num_replayed_generations(config)
   if not 0.0 <= cc.seed_trim < 0.5:
     raise ValueError(f"config.coevolve.seed_trim={cc.seed_trim} must lie in "
                      "[0, 0.5).")
@@ -366,12 +366,12 @@ def make_step(config, domain: TaskDomain, players: Players
     if config.simulator_update.method == "none":
       simulator, simulator_metrics = state.simulator, {}
     else:
-      simulator_batch = replay.SimulatorBatch(
+      simulator_batch = generation_replay.SimulatorBatch(
           gen_prompt, gen_prompt_mask, simulator_out.tokens, simulator_out.mask,
           simulator_old_logp, simulator_ref_logp, fresh.valid, cur.reward,
           cur.weights)
       if num_replayed:
-        simulator_batch = replay.with_replayed_generations(
+        simulator_batch = generation_replay.with_replayed_generations(
             config, players.simulator_model, state.simulator.ref_params,
             state.generation_pool, simulator_batch, cur.keep, generation_key,
             num_replayed)
