@@ -94,6 +94,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       agent_level_weights=(8, 4, 2, 1, 0),
       simulator_difficulty_step=1,   # simulator lessons: seed of level d -> task of level d±1
       checkpoint_every=200,  # warm-start steps between its checkpoints (0: none)
+      # Where the simulator starts co-evolution: "matched" (its lessons above),
+      # or "hard" / "easy": after them, simulator_start_steps more lessons
+      # whose target level is the seed's + simulator_start_offsets[name]
+      # (± simulator_difficulty_step), so it writes tasks the agent solves
+      # rarely / almost always (docs/experiment.md gives the measured rates).
+      simulator_start="matched",
+      simulator_start_steps=200,
+      simulator_start_offsets=ml_collections.ConfigDict(dict(hard=2, easy=-1)),
   ))
 
   c.coevolve = ml_collections.ConfigDict(dict(
@@ -122,14 +130,28 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   # The α-curriculum (paper: α = 0.5, k_min = 0.1, λ = 1; β not given).
   c.curriculum = ml_collections.ConfigDict(dict(
+      # Target success rate of generated tasks; at 0.5 the expected squared
+      # policy-gradient norm of a binary reward, ∝ p(1-p), peaks.
       alpha=0.5,
+      # β in R_env = exp(-β (p̂ - α)²). The public config's 2.0 (read by
+      # nothing) makes R_env span only [0.61, 1] over p̂ ∈ [0, 1] and
+      # [0.98, 1] in the band, so RWR weights exp(λ R_env) barely differ. At
+      # 20: R(α) = 1, R(α ± 0.1) = 0.82 (band edge), R(α ± 0.19) ≈ 0.5,
+      # R(0) = R(1) = e^-5 when α = 0.5.
       beta=20.0,
-      band=0.1,
-      rwr_temperature=1.0,
-      reward="alpha",        # "alpha" | "uncertainty" | "learnability"
+      band=0.1,              # k_min: keep tasks with |p̂ - α| <= band
+      # True: the band filter applies under every reward, "uncertainty" and
+      # "learnability" included, so the reward arms differ from genenv only
+      # in their RWR weights among the same kept tasks. False: every valid
+      # task enters the simulator update, weighted by its reward alone.
+      band_filter=True,
+      rwr_temperature=1.0,   # λ in the RWR weights exp(λ R_env)
+      # "alpha" (GenEnv) | "uncertainty" 1 - 2|p̂ - ½| | "learnability"
+      # 1 - p̂ if 0 < p̂ < 1 else 0.
+      reward="alpha",
       per_seed=True,         # p̂ pooled over a seed's m variations (m·G attempts, the
                              # paper's per-batch count) rather than per task (G)
-      success_threshold=1.0,
+      success_threshold=1.0,  # an attempt succeeds when its reward >= this
   ))
 
   # Agent GRPO (paper gives none of these; public config values).
@@ -150,6 +172,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       kl_coef=1.0,
       kl_estimator="k3",
       kl_cap=0.02,           # largest KL(before || after) of one update; <= 0: no cap
+      # PG's baseline: "batch" (the mean R_env over the step's valid
+      # generations) or "seed" (the mean over each seed's variations, GRPO
+      # style). With curriculum.per_seed every variation of a seed shares its
+      # R_env, so only "batch" leaves a nonzero advantage; "seed" needs
+      # per_seed=False (R_env from each task's own p̂), and the pair
+      # (seed, per_seed=True) is refused.
+      pg_baseline="batch",
+      # Share in [0, 1) of the RWR batch drawn from D_env (kept generations
+      # of earlier steps, weighted by their stored R_env) beside the step's
+      # own M generations: round(M·share / (1 - share)) rows. 0: the step's
+      # generations only.
+      replay_share=0.0,
   ))
 
   c.pool = ml_collections.ConfigDict(dict(
@@ -206,8 +240,8 @@ def _shrink_to_smoke(c: ml_collections.ConfigDict) -> None:
     player.model_overrides = ml_collections.ConfigDict(dict(
         num_layers=1, hidden_size=32, intermediate_size=64, num_heads=2,
         num_kv_heads=1))
-  c.warmstart.update(agent_steps=4, simulator_steps=4, batch_size=16,
-                     checkpoint_every=2)
+  c.warmstart.update(agent_steps=4, simulator_steps=4, simulator_start_steps=4,
+                     batch_size=16, checkpoint_every=2)
   c.coevolve.update(num_steps=4, num_seeds=4, variations=2, attempts=4,
                     agent_minibatches=2)
   c.pool.update(capacity=256, num_base=64, replay_tasks=4, generation_capacity=32)
@@ -228,9 +262,18 @@ def _arm_genenv(c: ml_collections.ConfigDict) -> None:
 
 
 def _arm_genenv_pg(c: ml_collections.ConfigDict) -> None:
-  """The simulator trained by policy gradient on R_env instead of RWR."""
+  """The simulator trained by policy gradient on R_env instead of RWR (its
+  baseline: simulator_update.pg_baseline)."""
   c.simulator_update.method = "pg"
   c.curriculum.reward = "alpha"
+
+
+def _arm_genenv_replay(c: ml_collections.ConfigDict) -> None:
+  """genenv whose RWR batch is half D_env: the step's generations plus as
+  many replayed from earlier steps, weighted by their stored R_env."""
+  c.simulator_update.method = "rwr"
+  c.curriculum.reward = "alpha"
+  c.simulator_update.replay_share = 0.5
 
 
 def _arm_frozen_env(c: ml_collections.ConfigDict) -> None:
@@ -255,13 +298,15 @@ def _arm_reference_code(c: ml_collections.ConfigDict) -> None:
 
 
 def _arm_uncertainty(c: ml_collections.ConfigDict) -> None:
-  """RWR simulator rewarded by uncertainty 1 - 2|p̂ - ½| instead of α."""
+  """RWR simulator rewarded by uncertainty 1 - 2|p̂ - ½| instead of α,
+  among the same band-filtered tasks (curriculum.band_filter)."""
   c.simulator_update.method = "rwr"
   c.curriculum.reward = "uncertainty"
 
 
 def _arm_learnability(c: ml_collections.ConfigDict) -> None:
-  """RWR simulator rewarded by learnability (1 - p̂ when 0 < p̂ < 1)."""
+  """RWR simulator rewarded by learnability (1 - p̂ when 0 < p̂ < 1), among
+  the same band-filtered tasks (curriculum.band_filter)."""
   c.simulator_update.method = "rwr"
   c.curriculum.reward = "learnability"
 
@@ -269,6 +314,7 @@ def _arm_learnability(c: ml_collections.ConfigDict) -> None:
 ARMS = {
     "genenv": _arm_genenv,
     "genenv_pg": _arm_genenv_pg,
+    "genenv_replay": _arm_genenv_replay,
     "frozen_env": _arm_frozen_env,
     "static": _arm_static,
     "reference_code": _arm_reference_code,

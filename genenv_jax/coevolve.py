@@ -28,6 +28,7 @@ from genenv_jax import curriculum
 from genenv_jax import losses
 from genenv_jax import policy
 from genenv_jax import pool as pool_lib
+from genenv_jax import replay as generation_replay
 from genenv_jax import sharding
 from genenv_jax.sampling import SampleOutput, SamplingConfig, sample
 from genenv_jax.tasks.base import ParsedTasks, TaskDomain
@@ -80,7 +81,9 @@ class AgentBatch(NamedTuple):
 
 
 class SimulatorBatch(NamedTuple):
-  """The simulator's update batch: its M = S·m generations, seed-major."""
+  """The simulator's update batch: its M = S·m generations, seed-major, then
+  any generations replayed from D_env (`replay.with_replayed_generations`;
+  valid False, so they stay out of the KL-cap measurement)."""
   prompt: jax.Array       # int32[M, Pe] the prompt each generation answered
   prompt_mask: jax.Array  # bool[M, Pe]
   task: jax.Array         # int32[M, L] what it wrote
@@ -304,7 +307,8 @@ def simulator_update(config, players: Players, simulator: PlayerState,
   generations. Returns (the updated simulator, its metrics).
 
   RWR: weighted max-likelihood of kept generations + KL to the initial
-  simulator; PG: GRPO over each seed's variations with R_env as reward. Either
+  simulator; PG: GRPO-style on R_env, the baseline per seed or per batch
+  (config.simulator_update.pg_baseline). Either
   way the update is scaled back so its KL (pre- vs post-update policy, on these
   generations) stays within config.simulator_update.kl_cap. Batches with
   nothing to learn from (no kept generation for RWR) leave the simulator
@@ -333,7 +337,8 @@ def simulator_update(config, players: Players, simulator: PlayerState,
       return losses.simulator_pg_loss(
           scores(params).logp, batch.old_logp, batch.ref_logp,
           batch.task_mask, batch.reward, config.coevolve.num_seeds,
-          config.coevolve.variations, pg_cfg, batch.valid)
+          config.coevolve.variations, pg_cfg, batch.valid,
+          update_cfg.pg_baseline)
     learn = jnp.any(batch.valid)
 
   (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
@@ -505,11 +510,13 @@ def make_step(config, domain: TaskDomain, players: Players
   static.
   """
   num_replay = config.pool.replay_tasks
+  num_replayed = generation_replay.num_replayed_generations(config)
   frozen = config.simulator_update.method == "none"
 
   def step(state: CoevolveState) -> tuple[CoevolveState, dict]:
     keys = jax.random.split(jax.random.fold_in(state.rng, state.step), 6)
-    seed_key, simulator_key, replay_key, agent_key, update_key, _ = keys
+    (seed_key, simulator_key, replay_key, agent_key, update_key,
+     generation_key) = keys
 
     # 1-2. The simulator writes tasks; the domain parses them.
     generation = write_tasks(config, domain, players, state, seed_key,
@@ -528,7 +535,8 @@ def make_step(config, domain: TaskDomain, players: Players
     agent, agent_metrics = agent_update(
         config, players, state.agent,
         grpo_batch(config, players, state.agent, attempts), update_key)
-    # 7. Simulator: RWR or PG from its own and its initial model's log-probs.
+    # 7. Simulator: RWR (optionally with D_env replayed) or PG, from its own
+    # and its initial model's log-probs.
     batch = simulator_batch(config, players, state.simulator, generation,
                             signals)
     simulator_kl = masked_ratio(
@@ -537,6 +545,11 @@ def make_step(config, domain: TaskDomain, players: Players
     if frozen:
       simulator, simulator_metrics = state.simulator, {}
     else:
+      if num_replayed:  # D_env's earlier kept generations join the RWR batch
+        batch = generation_replay.with_replayed_generations(
+            config, players.simulator_model, state.simulator.ref_params,
+            state.generation_pool, batch, signals.keep, generation_key,
+            num_replayed)
       simulator, simulator_metrics = simulator_update(
           config, players, state.simulator, batch)
     # 8. Pools and metrics.

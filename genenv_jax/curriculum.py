@@ -7,10 +7,12 @@ computes, per task (or pooled over the variations of one seed task):
   R_env    the simulator's reward for having written the task, by default the
            α-curriculum reward exp(-β (p̂ - α)²) (GenEnv, arXiv 2512.19682),
   keep     the difficulty filter |p̂ - α| <= k_min (and the task is valid),
+           applied under every reward unless curriculum.band_filter is off,
   weights  reward-weighted-regression weights ∝ exp(λ R_env) over kept tasks.
 
 All functions are pure and jit-safe; configuration values are static Python
-values read from a `default_config()`-shaped object.
+values read from the `config.curriculum` block, whose fields and defaults are
+documented in configs/default.py (the one source of defaults).
 """
 
 from __future__ import annotations
@@ -20,50 +22,12 @@ from typing import Any
 import flax
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 REWARDS = ("alpha", "uncertainty", "learnability")
 
 # Slack on the band edge so that float rounding keeps e.g. p̂ = 0.6 inside
 # alpha = 0.5, band = 0.1 (0.6 - 0.5 = 0.09999999999999998 or 0.10000002).
 BAND_TOLERANCE = 1e-6
-
-
-def default_config() -> ml_collections.ConfigDict:
-  """Curriculum settings (the `config.curriculum` block).
-
-  Fields:
-    alpha: target success rate α of generated tasks. Paper: 0.5, where the
-      expected squared policy-gradient norm of a binary reward, ∝ p(1-p), peaks.
-    beta: sharpness β of R_env(p̂) = exp(-β (p̂ - α)²). The paper gives no value
-      (the public config's 2.0 is read by nothing). With β = 2, R_env only spans
-      [0.61, 1] over p̂ ∈ [0, 1] and [0.98, 1] inside the band, so RWR weights
-      exp(λ R_env) barely differ. The default β = 20 makes R_env use almost its
-      whole range: R(α) = 1, R(α ± 0.1) = 0.82 (band edge), R(α ± 0.19) ≈ 0.5,
-      R(α ± 0.25) = 0.29, R(0) = R(1) = e^-5 ≈ 0.0067 — so tasks at the band edge
-      get e^-0.18 ≈ 0.84× the weight of tasks at α, and as a policy-gradient
-      reward it separates too-easy/too-hard tasks clearly from good ones.
-    band: k_min, half-width of the difficulty filter |p̂ - α| <= k_min; tasks
-      outside it are excluded from the simulator update. Paper: 0.1.
-    rwr_temperature: λ in the RWR weights exp(λ R_env). Paper: 1.0.
-    reward: which curriculum reward R_env uses, one of REWARDS: "alpha"
-      (GenEnv), "uncertainty" 1 - 2|p̂ - ½|, "learnability" 1 - p̂ if 0 < p̂ < 1
-      else 0.
-    per_seed: pool p̂ over all valid variations generated from the same seed
-      task (the paper's per-seed-batch count: more attempts per estimate, so
-      p̂ is less coarse than the G + 1 values one task's G attempts allow).
-    success_threshold: an attempt succeeds when its agent reward >= this value
-      (1.0: exact match; lower it for similarity rewards such as token-F1).
-  """
-  return ml_collections.ConfigDict(dict(
-      alpha=0.5,
-      beta=20.0,
-      band=0.1,
-      rwr_temperature=1.0,
-      reward="alpha",
-      per_seed=False,
-      success_threshold=1.0,
-  ))
 
 
 @flax.struct.dataclass
@@ -73,7 +37,8 @@ class CurriculumOutput:
   Attributes:
     p_hat: f32[M] success rate (0 for invalid tasks).
     reward: f32[M] R_env(p̂) (0 for invalid tasks).
-    keep: bool[M] valid and inside the difficulty band.
+    keep: bool[M] valid and inside the difficulty band (valid alone when the
+      band filter is off).
     weights: f32[M] RWR weights, summing to 1 over kept tasks, 0 elsewhere.
   """
 
@@ -189,7 +154,8 @@ def compute(rewards: jax.Array, valid: jax.Array, cfg: Any,
   Args:
     rewards: f32[M, G] agent reward of G attempts per generated task.
     valid: bool[M] task validity.
-    cfg: curriculum config (see `default_config`).
+    cfg: the `config.curriculum` block (configs/default.py). cfg.band_filter
+      False keeps every valid task (keep = valid) whatever its p̂.
     group_ids: int32[M] seed id per task; required when cfg.per_seed and
       ignored otherwise.
     num_groups: number of seeds (static); required when cfg.per_seed.
@@ -208,7 +174,10 @@ def compute(rewards: jax.Array, valid: jax.Array, cfg: Any,
     p_hat = success_rate(rewards, valid, threshold=cfg.success_threshold)
   valid = valid.astype(bool)
   reward = jnp.where(valid, curriculum_reward(p_hat, cfg), 0.0)
-  keep = in_band(p_hat, valid, cfg.alpha, cfg.band)
+  if cfg.band_filter:
+    keep = in_band(p_hat, valid, cfg.alpha, cfg.band)
+  else:
+    keep = valid
   weights = rwr_weights(reward, keep, cfg.rwr_temperature)
   return CurriculumOutput(p_hat=p_hat, reward=reward, keep=keep,
                           weights=weights)

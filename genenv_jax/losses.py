@@ -21,37 +21,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 AGGREGATIONS = ("token", "sequence")
-
-
-def grpo_default_config() -> ml_collections.ConfigDict:
-  """GRPO settings (the paper gives none of these; values of the public config).
-
-  Fields:
-    clip_low: ε_low; the ratio is clipped from below at 1 - clip_low.
-    clip_high: ε_high; the ratio is clipped from above at 1 + clip_high
-      (a larger ε_high, as in DAPO, lets unlikely good tokens grow faster).
-    kl_coef: weight of the per-token KL(π || π_ref) penalty in the loss.
-    kl_estimator: one of KL_ESTIMATORS (see `kl_estimate`); "k3" is the
-      non-negative low-variance estimator.
-    entropy_coef: weight of an entropy bonus (0 disables it; needs per-token
-      entropies passed to `grpo_loss`).
-    aggregation: one of AGGREGATIONS (see `aggregate`); "token" is the
-      token-level loss.
-    normalize_std: divide group-relative advantages by the group's std.
-  """
-  return ml_collections.ConfigDict(dict(
-      clip_low=0.2,
-      clip_high=0.2,
-      kl_coef=0.001,
-      kl_estimator="k3",
-      entropy_coef=0.0,
-      aggregation="token",
-      normalize_std=True,
-  ))
+PG_BASELINES = ("seed", "batch")
 
 
 def group_advantages(rewards: jax.Array, group_size: int,
@@ -165,7 +138,7 @@ def grpo_loss(logp: jax.Array, old_logp: jax.Array, ref_logp: jax.Array,
     logp, old_logp, ref_logp: f32[N, T] (old and ref are not differentiated).
     mask: bool[N, T] response tokens.
     advantages: f32[N] per-sequence advantages (not differentiated).
-    cfg: `grpo_default_config()`-shaped config.
+    cfg: the `config.grpo` block (configs/default.py).
     entropy: optional f32[N, T] per-token policy entropy; required when
       cfg.entropy_coef != 0.
 
@@ -285,26 +258,55 @@ def scale_update(old_params: Any, new_params: Any, s: jax.Array) -> Any:
       old_params, new_params)
 
 
-def simulator_pg_loss(logp: jax.Array, old_logp: jax.Array, ref_logp: jax.Array,
-                mask: jax.Array, rewards: jax.Array, num_seeds: int,
-                variations: int, cfg: Any, valid: jax.Array | None = None
-                ) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """Policy gradient for the simulator: GRPO over the variations of each seed.
+def check_pg_baseline(baseline: str, per_seed: bool) -> None:
+  """Refuses a simulator PG set-up whose advantages are all zero.
 
-  Rows are laid out seed-major (seed s, variation v at row s * variations + v);
-  the variations of a seed form one GRPO group with R_env as the reward.
+  Args:
+    baseline: config.simulator_update.pg_baseline, one of PG_BASELINES.
+    per_seed: config.curriculum.per_seed. With it, every variation of a seed
+      shares one p̂ and so one R_env; a "seed" baseline (the mean over that
+      seed's variations) then equals every reward of its group.
+  """
+  if baseline not in PG_BASELINES:
+    raise ValueError(f"config.simulator_update.pg_baseline={baseline!r}; "
+                     f"expected one of {PG_BASELINES}.")
+  if baseline == "seed" and per_seed:
+    raise ValueError(
+        "config.simulator_update.pg_baseline='seed' with "
+        "config.curriculum.per_seed=True gives every variation of a seed the "
+        "same R_env and its group's mean as baseline: every advantage is 0. "
+        "Use pg_baseline='batch', or per_seed=False (R_env from each task's "
+        "own p̂).")
+
+
+def simulator_pg_loss(logp: jax.Array, old_logp: jax.Array, ref_logp: jax.Array,
+                      mask: jax.Array, rewards: jax.Array, num_seeds: int,
+                      variations: int, cfg: Any, valid: jax.Array | None = None,
+                      baseline: str = "seed"
+                      ) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """Policy gradient for the simulator: GRPO with R_env as the reward.
+
+  Rows are laid out seed-major (seed s, variation v at row s * variations + v).
+  baseline "seed": the variations of a seed form one group (advantage =
+  R_env minus the seed's mean, over its std), which needs R_env to differ
+  between variations (per-task p̂); "batch": all N generations form one group,
+  which also learns from R_env that is shared by a seed's variations
+  (per-seed p̂): it credits a seed's batch of tasks with how well it landed
+  against the other seeds' (see `check_pg_baseline`).
 
   Args:
     logp, old_logp, ref_logp, mask: as in `grpo_loss`, over N = num_seeds *
       variations generations (ref_logp: the initial simulator).
     rewards: f32[N] R_env per generation.
     num_seeds, variations: static group layout.
-    cfg: `grpo_default_config()`-shaped config.
+    cfg: the `config.grpo` block with the simulator's KL settings.
     valid: optional bool[N]; invalid generations are left out of their
       group's mean and std and out of the loss (their tokens are masked).
+    baseline: one of PG_BASELINES.
 
   Returns:
-    (loss, metrics) of `grpo_loss`.
+    (loss, metrics) of `grpo_loss`, metrics plus adv_abs_mean (mean |A| over
+    valid generations: 0 means no policy-gradient signal).
   """
   num_rows = num_seeds * variations
   if rewards.shape != (num_rows,) or logp.shape[0] != num_rows:
@@ -314,8 +316,17 @@ def simulator_pg_loss(logp: jax.Array, old_logp: jax.Array, ref_logp: jax.Array,
   if valid is not None and valid.shape != (num_rows,):
     raise ValueError(f"valid must be bool[{num_rows}]; got shape "
                      f"{valid.shape}.")
-  advantages = group_advantages(rewards, variations, cfg.normalize_std,
+  if baseline not in PG_BASELINES:
+    raise ValueError(f"baseline={baseline!r}; expected one of "
+                     f"{PG_BASELINES}.")
+  group_size = variations if baseline == "seed" else num_rows
+  advantages = group_advantages(rewards, group_size, cfg.normalize_std,
                                 valid=valid)
+  member = (jnp.ones((num_rows,), bool) if valid is None
+            else valid.astype(bool))
   if valid is not None:
-    mask = mask.astype(bool) & valid.astype(bool)[:, None]
-  return grpo_loss(logp, old_logp, ref_logp, mask, advantages, cfg)
+    mask = mask.astype(bool) & member[:, None]
+  loss, metrics = grpo_loss(logp, old_logp, ref_logp, mask, advantages, cfg)
+  metrics["adv_abs_mean"] = (jnp.sum(jnp.where(member, jnp.abs(advantages), 0.))
+                             / jnp.maximum(jnp.sum(member), 1))
+  return loss, metrics

@@ -5,7 +5,7 @@
     --dry_run   # prints the command lines, runs nothing
 
 Each run is one `python -m train.main` process with the workdir
-SWEEP_DIR/<arm>_a<alpha>_s<seed>, its output appended to <workdir>/log.txt;
+SWEEP_DIR/<arm>_a<alpha>_s<seed>[_<simulator start>], its output appended to <workdir>/log.txt;
 `--parallel` of them run at a time. A run whose report/summary.json reaches its
 last step is finished and skipped; any other run is started with the same
 command, which resumes it from its latest checkpoint. So re-running the sweep
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import os
 import shlex
@@ -112,6 +113,17 @@ def _make_run(sweep: ml_collections.ConfigDict, where: str, name_of, arm: str,
              requires)
 
 
+START_FIELD = "warmstart.simulator_start"
+
+
+def run_name(arm: str, seed: int, config: ml_collections.ConfigDict) -> str:
+  """<arm>_a<alpha>_s<seed>, plus _<start> for a simulator start other than
+  "matched" (config.warmstart.simulator_start)."""
+  start = config.warmstart.simulator_start
+  return (f"{arm}_a{config.curriculum.alpha:g}_s{seed}"
+          + ("" if start == "matched" else f"_{start}"))
+
+
 def expand(sweep: ml_collections.ConfigDict, sweep_dir: str = ""
            ) -> list[Run]:
   """The runs of a sweep config (see configs/sweeps/__init__.py), in order.
@@ -120,7 +132,10 @@ def expand(sweep: ml_collections.ConfigDict, sweep_dir: str = ""
   (SWEEP_DIR/_warmstart/s<seed>: the base config with the sweep's overrides,
   no arm, no per-run overrides) comes first, and every run of that seed
   starts co-evolution from its players (config.warmstart.init_from), so
-  sweep_dir must be given. A run whose own overrides change its step 0 is
+  sweep_dir must be given. A run whose own overrides set another simulator
+  start (warmstart.simulator_start) starts from
+  SWEEP_DIR/_warmstart/s<seed>_<start>: a 0-step run that takes its seed's
+  warm-start and moves the simulator once for all runs of that start. A run whose own overrides change its step 0 is
   refused by train.main, naming the fields.
 
   Raises ValueError when two runs get the same name or a run's overrides do
@@ -139,16 +154,26 @@ def expand(sweep: ml_collections.ConfigDict, sweep_dir: str = ""
     requires = ""
     if share:
       requires = os.path.join(WARMSTART_DIR, f"s{spec.seed}")
+      common = dict(flatten(sweep.overrides), seed=spec.seed,
+                    **{"coevolve.num_steps": 0})
       if requires not in warmstarts:  # the sweep's common fields only
         warmstarts[requires] = _make_run(
             sweep, f"sweep.runs[{i}]'s warm-start", lambda _: requires, "",
-            spec.seed, dict(flatten(sweep.overrides), seed=spec.seed,
-                            **{"coevolve.num_steps": 0}))
+            spec.seed, common)
+      start = fields.get(START_FIELD, "matched")
+      if start != common.get(START_FIELD, "matched"):
+        # The seed's warm-start with the simulator moved to this start, once.
+        moved = f"{requires}_{start}"
+        if moved not in warmstarts:
+          warmstarts[moved] = _make_run(
+              sweep, f"sweep.runs[{i}]'s {start} warm-start",
+              lambda _, m=moved: m, "", spec.seed,
+              dict(common, **{START_FIELD: start, "warmstart.init_from":
+                              os.path.join(sweep_dir, requires)}), requires)
+        requires = moved
       fields["warmstart.init_from"] = os.path.join(sweep_dir, requires)
-    run = _make_run(
-        sweep, f"sweep.runs[{i}]",
-        lambda c: f"{spec.arm}_a{c.curriculum.alpha:g}_s{spec.seed}",
-        spec.arm, spec.seed, fields, requires)
+    run = _make_run(sweep, f"sweep.runs[{i}]", functools.partial(
+        run_name, spec.arm, spec.seed), spec.arm, spec.seed, fields, requires)
     if run.name in names:
       raise ValueError(f"sweep.runs[{i}] and sweep.runs[{names[run.name]}] "
                        f"are both named {run.name!r}; runs need distinct "

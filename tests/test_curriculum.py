@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from configs import default
 from genenv_jax import curriculum
 
 # Four tasks, four attempts each; task 2 is invalid.
@@ -17,6 +18,14 @@ REWARDS = jnp.array([[1.0, 0.0, 1.0, 1.0],   # 3 / 4
                      [1.0, 1.0, 1.0, 1.0],   # invalid
                      [1.0, 1.0, 0.0, 0.0]])  # 2 / 4
 VALID = jnp.array([True, True, False, True])
+
+
+def _cfg(**fields):
+  """The configs' curriculum block, p̂ per task unless fields say otherwise."""
+  cfg = default.get_config().curriculum
+  cfg.per_seed = False
+  cfg.update(fields)
+  return cfg
 
 
 def test_success_rate_per_task_zeroes_invalid_tasks():
@@ -63,7 +72,7 @@ def test_uncertainty_and_learnability_rewards():
 
 
 def test_curriculum_reward_dispatch_and_unknown_name():
-  cfg = curriculum.default_config()
+  cfg = _cfg()
   p_hat = jnp.array([0.0, 0.25, 0.75])
   for name, expected in (("alpha", [math.exp(-5.0), math.exp(-1.25),
                                     math.exp(-1.25)]),
@@ -107,7 +116,7 @@ def test_rwr_weights_nothing_kept_and_large_temperature():
 
 
 def test_default_config_holds_paper_values():
-  cfg = curriculum.default_config()
+  cfg = _cfg()
   assert (cfg.alpha, cfg.band, cfg.rwr_temperature, cfg.reward) == (
       0.5, 0.1, 1.0, "alpha")
   # The band edge must get a visibly lower reward than α itself.
@@ -116,7 +125,7 @@ def test_default_config_holds_paper_values():
 
 
 def test_compute_per_task():
-  cfg = curriculum.default_config()
+  cfg = _cfg()
   out = jax.jit(lambda r, v: curriculum.compute(r, v, cfg))(REWARDS, VALID)
   np.testing.assert_allclose(out.p_hat, [0.75, 0.0, 0.0, 0.5])
   np.testing.assert_allclose(
@@ -127,7 +136,7 @@ def test_compute_per_task():
 
 
 def test_compute_per_seed():
-  cfg = curriculum.default_config()
+  cfg = _cfg()
   cfg.per_seed = True
   cfg.band = 0.25
   group_ids = jnp.array([0, 1, 0, 1], jnp.int32)
@@ -140,3 +149,23 @@ def test_compute_per_seed():
                              rtol=1e-6)
   with pytest.raises(ValueError, match="per_seed"):
     curriculum.compute(REWARDS, VALID, cfg)
+
+
+@pytest.mark.parametrize("reward", curriculum.REWARDS)
+def test_band_filter_is_a_choice_under_every_reward(reward):
+  # p̂ = (.75, 0, -, .5): only the last task is inside α ± 0.1.
+  filtered = curriculum.compute(REWARDS, VALID, _cfg(reward=reward))
+  np.testing.assert_array_equal(filtered.keep, [False, False, False, True])
+  unfiltered = curriculum.compute(REWARDS, VALID,
+                                  _cfg(reward=reward, band_filter=False))
+  np.testing.assert_array_equal(unfiltered.keep, VALID)
+  np.testing.assert_allclose(unfiltered.reward, filtered.reward)
+  expected = curriculum.rwr_weights(filtered.reward, VALID, 1.0)
+  np.testing.assert_allclose(unfiltered.weights, expected, rtol=1e-6)
+  assert float(unfiltered.weights[0]) > 0.0
+
+
+def test_configs_default_filters_under_every_reward():
+  assert default.get_config().curriculum.band_filter is True
+  for arm in ("uncertainty", "learnability"):
+    assert default.get_config(arm).curriculum.band_filter is True

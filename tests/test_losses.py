@@ -9,13 +9,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from configs import default
 from genenv_jax import losses
 
 EPS = 1e-6
 
 
 def _cfg(**overrides):
-  cfg = losses.grpo_default_config()
+  cfg = default.get_config().grpo
   cfg.update(overrides)
   return cfg
 
@@ -325,3 +326,46 @@ def test_simulator_pg_loss_groups_by_seed_and_drops_invalid():
   with pytest.raises(ValueError, match="num_seeds"):
     losses.simulator_pg_loss(logp, logp, ref, mask, rewards, num_seeds=3,
                        variations=3, cfg=cfg)
+
+
+def _pg_metrics(rewards, baseline):
+  """(grad of the loss wrt logp, metrics) of simulator_pg_loss over 2 seeds x
+  2 variations, every token at log-prob -1 (so the ratio is 1)."""
+  logp = jnp.full((4, 3), -1.0)
+  mask = jnp.ones((4, 3), bool)
+
+  def loss(lp):
+    return losses.simulator_pg_loss(lp, logp, logp, mask, rewards, 2, 2,
+                                    _cfg(), baseline=baseline)
+  grads, metrics = jax.grad(loss, has_aux=True)(logp)
+  return grads, metrics
+
+
+def test_simulator_pg_batch_baseline_learns_from_per_seed_rewards():
+  # Per-seed p̂: both variations of a seed share R_env (0.2 and 0.8).
+  rewards = jnp.array([0.2, 0.2, 0.8, 0.8])
+  grads, metrics = _pg_metrics(rewards, "batch")
+  assert float(metrics["adv_abs_mean"]) == pytest.approx(1.0, rel=1e-4)
+  # Advantages -1 for seed 0, +1 for seed 1: the loss pushes seed 1's tokens
+  # up (negative gradient) and seed 0's down, 12 tokens in the token mean.
+  np.testing.assert_allclose(grads[:2], 1 / 12, rtol=1e-4)
+  np.testing.assert_allclose(grads[2:], -1 / 12, rtol=1e-4)
+  # The same rewards under the seed baseline: no signal at all.
+  grads, metrics = _pg_metrics(rewards, "seed")
+  assert float(metrics["adv_abs_mean"]) == 0.0
+  np.testing.assert_array_equal(grads, 0.0)
+
+
+def test_simulator_pg_seed_baseline_learns_from_per_task_rewards():
+  grads, metrics = _pg_metrics(jnp.array([0.2, 0.8, 0.5, 0.1]), "seed")
+  assert float(metrics["adv_abs_mean"]) > 0.5
+  assert float(grads[0, 0]) > 0 > float(grads[1, 0])
+
+
+def test_pg_baseline_that_zeroes_every_advantage_is_refused():
+  with pytest.raises(ValueError, match=r"pg_baseline='seed'.*per_seed=True"):
+    losses.check_pg_baseline("seed", per_seed=True)
+  with pytest.raises(ValueError, match=r"config\.simulator_update\.pg_baseline"):
+    losses.check_pg_baseline("seeds", per_seed=False)
+  losses.check_pg_baseline("seed", per_seed=False)
+  losses.check_pg_baseline("batch", per_seed=True)

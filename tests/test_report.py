@@ -36,11 +36,12 @@ def _success(arm, alpha, seed, step):
                - (0.5 - alpha) / 2, 4)
 
 
-def _write_run(sweep_dir, arm, alpha, seed, final=None):
-  name = f"{arm}_a{alpha:g}_s{seed}"
+def _write_run(sweep_dir, arm, alpha, seed, final=None, start="matched"):
+  name = f"{arm}_a{alpha:g}_s{seed}_{start}"
   workdir = os.path.join(sweep_dir, name)
   os.makedirs(workdir)
   config = default.get_config(f"smoke,{arm}")
+  config.warmstart.simulator_start = start
   config.seed = seed
   config.curriculum.alpha = alpha
   config.coevolve.num_steps = NUM_STEPS
@@ -122,7 +123,7 @@ def test_results_row_is_mean_std_over_seeds(written, arm, alpha):
 def test_unfinished_run_is_left_out_and_listed(written):
   _, _, text = written
   assert "| learnability |" not in text
-  assert "Unfinished, left out: `learnability_a0.5_s0`." in text
+  assert "Unfinished, left out: `learnability_a0.5_s0_matched`." in text
   assert f"from {len(FINAL)} finished runs" in text
 
 
@@ -131,11 +132,44 @@ def test_comparison_pairs_seeds(written):
   cells = _row(text, "frozen_env", 0.5, "| arm | α | n pairs")
   diffs = [FINAL[("frozen_env", 0.5, s)][0] - FINAL[("genenv", 0.5, s)][0]
            for s in range(3)]
-  assert cells[4] == _expected(diffs)
+  assert cells[4] == _interval(diffs)
   assert cells[5] == f"{sum(d > 0 for d in diffs)}/3"
+  assert cells[6] == "no"  # -0.1 ± 0.132 over 3 seeds: the CI spans 0
   level2 = [FINAL[("frozen_env", 0.5, s)][2] - FINAL[("genenv", 0.5, s)][2]
             for s in range(3)]
-  assert cells[7] == _expected(level2)  # Δ d1, then Δ d2
+  assert cells[8] == _interval(level2)  # Δ d1, then Δ d2
+
+
+def _interval(diffs):
+  """Mean and 95% t-interval, computed here from the t quantile."""
+  t = {2: 4.302653, 3: 3.182446}[len(diffs) - 1]
+  mean = statistics.mean(diffs)
+  half = t * statistics.stdev(diffs) / len(diffs) ** 0.5
+  return f"{mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}]"
+
+
+def test_conditions_are_reported_and_paired_apart(tmp_path):
+  """Runs under a "hard" simulator start form their own arms, compared with
+  genenv under the same start; a consistent gain is marked real."""
+  finals = {("genenv", 0): (0.5, 0.9, 0.1), ("genenv", 1): (0.6, 0.9, 0.2),
+            ("genenv", 2): (0.4, 0.8, 0.1), ("genenv", 3): (0.5, 0.9, 0.3),
+            ("frozen_env", 0): (0.4, 0.9, 0.0),
+            ("frozen_env", 1): (0.52, 0.9, 0.1),
+            ("frozen_env", 2): (0.29, 0.8, 0.0),
+            ("frozen_env", 3): (0.41, 0.9, 0.2)}
+  for (arm, seed), final in finals.items():
+    _write_run(str(tmp_path), arm, 0.5, seed, final, start="hard")
+  _write_run(str(tmp_path), "genenv", 0.5, 0, (0.9, 1.0, 0.8))  # matched
+  path = report.write_report(str(tmp_path), str(tmp_path / "out"), "cmd")
+  text = open(path).read()
+  cells = _row(text, "frozen_env [hard]", 0.5, "| arm | α | n pairs")
+  diffs = [finals[("frozen_env", s)][0] - finals[("genenv", s)][0]
+           for s in range(4)]
+  assert cells[2] == "4" and cells[4] == _interval(diffs)
+  assert cells[6] == "yes"  # -0.095 ± 0.01: the CI excludes 0
+  results = _row(text, "genenv [hard]", 0.5, "| arm | α | n | seeds")
+  assert results[2] == "4"
+  assert _row(text, "genenv", 0.5, "| arm | α | n | seeds")[2] == "1"
 
 
 def test_alpha_table(written):

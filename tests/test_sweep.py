@@ -29,6 +29,8 @@ _spec.loader.exec_module(sweep)
 _ARM_FIELDS = {
     "genenv": {"simulator_update.method": "rwr", "curriculum.reward": "alpha"},
     "genenv_pg": {"simulator_update.method": "pg", "curriculum.reward": "alpha"},
+    "genenv_replay": {"simulator_update.method": "rwr", "curriculum.reward": "alpha",
+                      "simulator_update.replay_share": 0.5},
     "frozen_env": {"simulator_update.method": "none"},
     "static": {"simulator_update.method": "none", "coevolve.generation": "static"},
     "reference_code": {"simulator_update.method": "none", "coevolve.seed_trim": 0.1,
@@ -273,3 +275,38 @@ def test_runs_start_after_the_warm_start_they_require(tmp_path, monkeypatch):
   assert events.index("finished _warmstart/s0") < events.index(
       "started static_a0.5_s0")
   assert "started genenv_a0.5_s1" not in events
+
+
+def test_claim_sweep_expansion():
+  from configs.sweeps import claim  # pylint: disable=g-import-not-at-top
+  runs = sweep.expand(claim.get_config(), "/sweep")
+  warmstarts = [r for r in runs if r.name.startswith(sweep.WARMSTART_DIR)]
+  runs = _without_warmstarts(runs)
+  # One warm-start per seed, then one moved simulator per seed and start,
+  # which starts from its seed's warm-start.
+  seeds = range(5)
+  assert {w.name for w in warmstarts} == (
+      {f"_warmstart/s{s}" for s in seeds}
+      | {f"_warmstart/s{s}_{c}" for s in seeds for c in claim.CONDITIONS})
+  for w in warmstarts:
+    assert w.config.coevolve.num_steps == 0
+    if "_" in w.name.split("/")[1]:
+      start = w.name.rsplit("_", 1)[1]
+      assert w.config.warmstart.simulator_start == start
+      assert w.requires == f"_warmstart/s{w.seed}"
+      assert w.config.warmstart.init_from == f"/sweep/_warmstart/s{w.seed}"
+  # 5 + 5 + 6 x 3 runs per condition, and the α sweep's 2 x 3 under "hard".
+  assert len(runs) == 2 * 28 + 6
+  for run in runs:
+    start = run.config.warmstart.simulator_start
+    assert run.name.endswith(f"_{start}") and start in claim.CONDITIONS
+    assert run.requires == f"_warmstart/s{run.seed}_{start}"
+    assert run.config.coevolve.num_steps == 80
+  names = {r.name for r in runs}
+  assert {f"frozen_env_a0.5_s4_{c}" for c in claim.CONDITIONS} <= names
+  assert {f"genenv_a{a:g}_s2_hard" for a in (0.3, 0.5, 0.7)} <= names
+  assert "genenv_a0.3_s0_easy" not in names
+  assert "static_a0.5_s3_hard" not in names
+  pilot = _without_warmstarts(sweep.expand(claim.get_config("pilot"), "/p"))
+  assert sorted(r.name for r in pilot) == sorted(
+      f"{a}_a0.5_s0_{c}" for a in claim.PILOT_ARMS for c in claim.CONDITIONS)

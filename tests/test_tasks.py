@@ -12,8 +12,8 @@ import ml_collections
 import numpy as np
 import pytest
 
+from configs import default as default_config
 from genenv_jax.tasks import TaskDomain, get_domain
-from genenv_jax.tasks import arithmetic
 from genenv_jax.tasks.arithmetic import BOS, DIGIT0, EOS, EQUALS, PAD, PLUS, SEP, ArithmeticDomain
 
 MAX_DIGITS = 3
@@ -415,7 +415,7 @@ def test_decode_renders_rows():
 
 
 def test_get_domain_builds_from_config():
-  config = arithmetic.default_config()
+  config = default_config.get_config().task
   config.max_digits = 4
   config.reverse_answer = False
   config.pad_operands = True

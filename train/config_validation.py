@@ -17,6 +17,7 @@ from typing import Any, Iterable
 from genenv_jax import coevolve, curriculum, losses, sharding
 from genenv_jax.tasks import DOMAINS, arithmetic, text_verifiers
 from train import text_datasets
+from train.warmstart import SIMULATOR_STARTS
 
 
 def validate(config, num_devices: int) -> None:
@@ -103,6 +104,10 @@ def _warmstart(config, dims) -> None:
   _number(config, "warmstart.learning_rate", low=0.0, open_low=True)
   _integer(config, "warmstart.simulator_difficulty_step")
   _integer(config, "warmstart.checkpoint_every", low=0)
+  _choice(config, "warmstart.simulator_start", SIMULATOR_STARTS)
+  _integer(config, "warmstart.simulator_start_steps", low=0)
+  for name in ("hard", "easy"):
+    _integer(config, f"warmstart.simulator_start_offsets.{name}")
   if ws.agent_steps or ws.simulator_steps:
     _divides_batch_axes(config, "warmstart.batch_size", ws.batch_size, dims)
 
@@ -149,6 +154,7 @@ def _curriculum(config) -> None:
   _number(config, "curriculum.rwr_temperature", low=0.0, open_low=True)
   _choice(config, "curriculum.reward", curriculum.REWARDS)
   _boolean(config, "curriculum.per_seed")
+  _boolean(config, "curriculum.band_filter")
   _number(config, "curriculum.success_threshold", low=0.0, high=1.0, open_low=True)
 
 
@@ -167,6 +173,17 @@ def _simulator_update(config) -> None:
   _number(config, "simulator_update.kl_coef", low=0.0)
   _choice(config, "simulator_update.kl_estimator", losses.KL_ESTIMATORS)
   _number(config, "simulator_update.kl_cap")
+  _choice(config, "simulator_update.pg_baseline", losses.PG_BASELINES)
+  _number(config, "simulator_update.replay_share", low=0.0, high=1.0,
+          open_high=True)
+  if config.simulator_update.method == "pg":
+    losses.check_pg_baseline(config.simulator_update.pg_baseline,
+                             config.curriculum.per_seed)
+  if config.simulator_update.replay_share and (
+      config.simulator_update.method != "rwr"):
+    _fail("simulator_update.replay_share", config.simulator_update.replay_share,
+          "0 unless config.simulator_update.method='rwr' (it replays earlier "
+          "generations into the RWR batch)")
 
 
 def _pool(config) -> None:

@@ -32,8 +32,14 @@ STEP0_FIELDS = (
     "pool.generation_capacity",
 )
 # The agent's reward in stage 2 (exact or partial credit) does not enter the
-# supervised warm-start or the held-out evaluation's exact scoring.
-_NOT_COMPARED = ("warmstart.init_from", "data.tfds_dir", "task.reward")
+# supervised warm-start or the held-out evaluation's exact scoring. The
+# simulator's start is compared apart (`simulator_start_pending`): a run may
+# move a "matched" source's simulator to its own start.
+_NOT_COMPARED = ("warmstart.init_from", "data.tfds_dir", "task.reward",
+                 "warmstart.simulator_start")
+_SIMULATOR_START = "warmstart.simulator_start"
+_START_FIELDS = ("warmstart.simulator_start_steps",
+                 "warmstart.simulator_start_offsets.")
 # Step-0 fields added to the config after runs were made, each with the value
 # a run whose config.json lacks it ran with.
 ADDED_FIELDS = {"task.pad_operands": False}
@@ -60,9 +66,39 @@ def step0_conflicts(config: ml_collections.ConfigDict,
   for field, value in ADDED_FIELDS.items():
     if field in ours:
       theirs.setdefault(field, value)
+  their_start, our_start = _starts(source, config)
+  if their_start != our_start:
+    # The source's simulator is moved here: how it would be moved is ours.
+    theirs = {k: v for k, v in theirs.items() if not _is_start_field(k)}
+    ours = {k: v for k, v in ours.items() if not _is_start_field(k)}
+    if their_start != "matched":
+      theirs[_SIMULATOR_START], ours[_SIMULATOR_START] = their_start, our_start
   return [f"{k}: {theirs.get(k)!r} != {ours.get(k)!r}"
           for k in sorted(theirs.keys() | ours.keys())
           if theirs.get(k) != ours.get(k)]
+
+
+def _is_start_field(field: str) -> bool:
+  return any(field == p or (p.endswith(".") and field.startswith(p))
+             for p in _START_FIELDS)
+
+
+def _starts(source: epath.Path, config: ml_collections.ConfigDict
+            ) -> tuple[str, str]:
+  """(the source's, this run's) config.warmstart.simulator_start; "matched"
+  for a source run made before the field."""
+  theirs = json.loads((source / "config.json").read_text())
+  return (theirs.get("warmstart", {}).get("simulator_start", "matched"),
+          config.warmstart.simulator_start)
+
+
+def simulator_start_pending(config: ml_collections.ConfigDict,
+                            source: epath.Path) -> bool:
+  """Whether this run moves the source's "matched" simulator to its own
+  config.warmstart.simulator_start (warmstart.start_simulator) after
+  restoring it; step0_conflicts refuses every other disagreement."""
+  their_start, our_start = _starts(source, config)
+  return their_start == "matched" and our_start != "matched"
 
 
 def restore_step0(config: ml_collections.ConfigDict, target: Any,

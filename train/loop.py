@@ -258,6 +258,12 @@ def _run(config, workdir: str, chief: bool) -> dict:
       progress.say(f"Stage 1: the warm-started players of {init_from}.")
       state, step0_metrics = init_from_lib.restore_step0(
           config, target, checkpointing.workdir_path(init_from))
+      if init_from_lib.simulator_start_pending(config,
+                                               checkpointing.workdir_path(init_from)):
+        state = jax.device_put(state.replace(
+            simulator=warmstart.started_simulator_state(
+                config, domain, players, state.simulator, train["task"],
+                train["difficulty"], mesh, rules)), shardings)
       step0_answers = evaluate.correct(state.agent.params)
     else:
       progress.say("Stage 1: held-out evaluation of the warm-started agent.")

@@ -63,14 +63,14 @@ def agent_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
 
 def simulator_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
              rng: np.random.Generator, size: int,
-             difficulty_step: int) -> SupervisedData:
+             difficulty_step: int, level_offset: int = 0) -> SupervisedData:
   """(seed task -> new task) pairs: the simulator's writing lessons.
 
   Seeds are drawn from all of `rows`; each target is a seed task whose
-  difficulty differs from its seed's by a uniform step in
+  difficulty differs from its seed's by level_offset plus a uniform step in
   [-difficulty_step, difficulty_step] (clipped to the levels present), so the
-  simulator learns to write variations near its seed's level. A negative
-  difficulty_step draws targets independently of the seed.
+  simulator learns to write variations near (level_offset above) its seed's
+  level. A negative difficulty_step draws targets independently of the seed.
   """
   seeds = rng.integers(0, len(rows), size)
   if difficulty_step < 0:
@@ -78,7 +78,8 @@ def simulator_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
   else:
     levels = np.unique(difficulty)
     step = rng.integers(-difficulty_step, difficulty_step + 1, size)
-    wanted = np.clip(difficulty[seeds] + step, levels.min(), levels.max())
+    wanted = np.clip(difficulty[seeds] + level_offset + step, levels.min(),
+                     levels.max())
     targets = np.empty(size, np.int64)
     for level in np.unique(wanted):
       at_level = np.flatnonzero(difficulty == level)
@@ -241,9 +242,60 @@ def warmstart(config, domain: TaskDomain, agent_model: ModelConfig,
         name="warmstart/simulator", label="stage 1: simulator",
         checkpoints=checkpoints("simulator"),
         **shared)
+  simulator_params = start_simulator(config, domain, simulator_model,
+                                     simulator_params, rows, difficulty, mesh,
+                                     rules)
   metrics = {}
   if agent_losses:
     metrics["warmstart/agent_loss"] = float(np.mean(agent_losses[-20:]))
   if simulator_losses:
     metrics["warmstart/env_loss"] = float(np.mean(simulator_losses[-20:]))
   return agent_params, simulator_params, metrics
+
+
+SIMULATOR_STARTS = ("matched", "hard", "easy")
+
+
+def start_simulator(config, domain: TaskDomain, simulator_model: ModelConfig,
+                    simulator_params, rows: np.ndarray, difficulty: np.ndarray,
+                    mesh, rules):
+  """The warm-started simulator moved to config.warmstart.simulator_start.
+
+  "matched": unchanged. "hard" / "easy": simulator_start_steps more lessons
+  (same batch size and learning rate) whose targets sit
+  simulator_start_offsets[name] levels from their seed's, so co-evolution
+  starts from a simulator that writes tasks above / below the agent's level.
+  Its own random stream (config.seed + 4) makes the result the same whether
+  it follows the warm-start here or a shared warm-start (init_from).
+  """
+  ws = config.warmstart
+  if ws.simulator_start not in SIMULATOR_STARTS:
+    raise ValueError(f"config.warmstart.simulator_start="
+                     f"{ws.simulator_start!r}; expected one of "
+                     f"{SIMULATOR_STARTS}.")
+  if ws.simulator_start == "matched" or ws.simulator_start_steps <= 0:
+    return simulator_params
+  offset = int(ws.simulator_start_offsets[ws.simulator_start])
+  rng = np.random.default_rng(config.seed + 4)
+  data = simulator_data(domain, rows, difficulty, rng,
+                        ws.simulator_start_steps * ws.batch_size,
+                        ws.simulator_difficulty_step, offset)
+  params, _ = train_supervised(
+      simulator_model, simulator_params, data,
+      steps=ws.simulator_start_steps, batch_size=ws.batch_size,
+      learning_rate=ws.learning_rate, seed=config.seed + 4, mesh=mesh,
+      rules=rules)
+  return params
+
+
+def started_simulator_state(config, domain: TaskDomain, players,
+                            simulator, rows: np.ndarray,
+                            difficulty: np.ndarray, mesh, rules):
+  """A restored step-0 simulator PlayerState moved by `start_simulator`: the
+  moved weights, a fresh optimiser state and the moved weights as the KL
+  reference (the initial simulator of co-evolution)."""
+  params = start_simulator(config, domain, players.simulator_model,
+                           simulator.params, rows, difficulty, mesh, rules)
+  return simulator.replace(
+      params=params, opt_state=jax.jit(players.simulator_opt.init)(params),
+      ref_params=jax.tree.map(lambda x: x.copy(), params))

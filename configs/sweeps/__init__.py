@@ -9,7 +9,9 @@ A sweep file's `get_config()` returns a ConfigDict (built with `make_sweep`):
                they win over the sweep's)
   share_warmstart  whether runs of one seed start stage 2 from one shared
                warm-start (config.warmstart.init_from) instead of each
-               warm-starting alone: identical players, a fraction of the time
+               warm-starting alone: identical players, a fraction of the time;
+               runs whose overrides set warmstart.simulator_start share one
+               moved simulator per seed and start
 `launch/sweep.py` expands it into one `python -m train.main` command per run.
 """
 

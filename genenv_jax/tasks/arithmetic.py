@@ -26,7 +26,6 @@ from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from genenv_jax.tasks.base import (ParsedTasks, TaskDomain, check_rows,
@@ -47,14 +46,6 @@ REWARDS = ("exact", "digits")
 
 _TOKEN_TEXT = {PAD: "", BOS: "<bos>", EOS: "<eos>", PLUS: "+", EQUALS: "=", SEP: ">"}
 _TOKEN_TEXT.update({DIGIT0 + d: str(d) for d in range(10)})
-
-
-def default_config() -> ml_collections.ConfigDict:
-  """The `config.task` section for this domain."""
-  return ml_collections.ConfigDict(
-      {"name": "arithmetic", "max_digits": 5, "reverse_answer": True, "reward": "exact",
-       "pad_operands": False}
-  )
 
 
 def _left_align(
@@ -114,8 +105,8 @@ class ArithmeticDomain(TaskDomain):
     return cls(
         max_digits=int(config.max_digits),
         reverse_answer=bool(config.reverse_answer),
-        reward=str(config.get("reward", "exact")),
-        pad_operands=bool(config.get("pad_operands", False)),
+        reward=str(config.reward),
+        pad_operands=bool(config.pad_operands),
     )
 
   @property

@@ -37,11 +37,52 @@ class RunResult:
   rollouts_per_step: int
   records: list[dict]
   summary: dict
+  start: str = "matched"  # config.warmstart.simulator_start
+
+  @property
+  def label(self) -> str:
+    """The arm, with its simulator start when not "matched":
+    "genenv [hard]"."""
+    return arm_label(self.arm, self.start)
 
   @property
   def rollouts(self) -> int:
     """Agent rollouts over the whole run (up to its final evaluation)."""
     return self.num_steps * self.rollouts_per_step
+
+
+def arm_label(arm: str, start: str) -> str:
+  """An arm under one simulator start (a condition of the sweep)."""
+  return arm if start == "matched" else f"{arm} [{start}]"
+
+
+def reference_of(label: str) -> str:
+  """The reference arm's label under the same condition as `label`."""
+  _, bracket, start = label.partition(" [")
+  return REFERENCE_ARM + (f" [{start}" if bracket else "")
+
+
+def paired_interval(differences, level: float = 0.95
+                    ) -> tuple[float, float, float]:
+  """(mean, low, high): the t-interval of the mean of paired differences
+  (nan bounds for fewer than 2)."""
+  import scipy.stats  # pylint: disable=g-import-not-at-top
+  values = np.asarray(differences, float)
+  mean = float(np.mean(values))
+  if len(values) < 2:
+    return mean, math.nan, math.nan
+  half = (float(scipy.stats.t.ppf(0.5 + level / 2, len(values) - 1))
+          * float(np.std(values, ddof=1)) / math.sqrt(len(values)))
+  return mean, mean - half, mean + half
+
+
+def format_interval(differences) -> str:
+  """"+0.012 [-0.004, +0.028]": mean and 95% t-interval; the mean alone for
+  one value."""
+  mean, low, high = paired_interval(differences)
+  if math.isnan(low):
+    return f"{mean:+.3f}"
+  return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
 def rollouts_per_step(config: dict) -> int:
@@ -79,16 +120,20 @@ def load_runs(sweep_dir: str) -> tuple[list[RunResult], list[str]]:
         name=name, arm=config.get("arm") or "default", alpha=cur["alpha"],
         band=cur["band"], seed=config["seed"], num_steps=num_steps,
         rollouts_per_step=rollouts_per_step(config), records=records,
-        summary=run_report.summarize(records, cur["alpha"], cur["band"])))
+        summary=run_report.summarize(records, cur["alpha"], cur["band"]),
+        start=config.get("warmstart", {}).get("simulator_start", "matched")))
   return finished, unfinished
 
 
 def group_runs(runs: list[RunResult]) -> dict[tuple[str, float], list[RunResult]]:
-  """Runs by (arm, α), the reference arm first, each group in seed order."""
+  """Runs by (arm label, α), the label naming the simulator start when it is
+  not "matched"; conditions in turn, each with the reference arm first; each
+  group in seed order."""
   groups = {}
   for run in runs:
-    groups.setdefault((run.arm, run.alpha), []).append(run)
-  order = sorted(groups, key=lambda k: (k[0] != REFERENCE_ARM, k[0], k[1]))
+    groups.setdefault((run.label, run.alpha), []).append(run)
+  order = sorted(groups, key=lambda k: (reference_of(k[0]),
+                                        k[0] != reference_of(k[0]), k[0], k[1]))
   return {k: sorted(groups[k], key=lambda r: r.seed) for k in order}
 
 
@@ -148,15 +193,16 @@ def results_table(groups) -> list[str]:
 
 
 def comparison_table(groups) -> list[str]:
-  """Each arm minus the reference arm at the same α, paired by seed: mean ±
-  std of the per-seed differences in final held-out accuracy, wins, and the
-  same differences per difficulty level."""
+  """Each arm minus the reference arm at the same α and simulator start,
+  paired by seed: the mean of the per-seed differences in final held-out
+  accuracy with its 95% t-interval, wins, and the same per difficulty level.
+  A difference whose interval excludes 0 is marked real ("yes")."""
   levels = _levels([r for runs in groups.values() for r in runs])
   rows = []
   for (arm, alpha), runs in groups.items():
-    reference = {r.seed: r for r in groups.get((REFERENCE_ARM, alpha), [])}
+    reference = {r.seed: r for r in groups.get((reference_of(arm), alpha), [])}
     pairs = [(r, reference[r.seed]) for r in runs if r.seed in reference]
-    if arm == REFERENCE_ARM or not pairs:
+    if arm == reference_of(arm) or not pairs:
       continue
 
     def diffs(key):
@@ -165,18 +211,21 @@ def comparison_table(groups) -> list[str]:
 
     overall = diffs("eval/accuracy_end")
     wins = sum(d > 0 for d in overall)
+    _, low, high = paired_interval(overall)
+    real = "–" if math.isnan(low) else ("yes" if low > 0 or high < 0 else "no")
     row = [arm, f"{alpha:g}", str(len(pairs)),
            ",".join(str(r.seed) for r, _ in pairs),
-           format_mean_std(overall), f"{wins}/{len(pairs)}"]
+           format_interval(overall), f"{wins}/{len(pairs)}", real]
     for d in levels:
       level = diffs(f"eval/accuracy_d{d}_end")
-      row.append(format_mean_std(level) if level else "–")
+      row.append(format_interval(level) if level else "–")
     rows.append(row)
   if not rows:
     return []
   return _table(["arm", "α", "n pairs", "seeds",
-                 f"Δ held-out acc. vs {REFERENCE_ARM}", "seeds better"]
-                + [f"Δ d{d}" for d in levels], rows)
+                 f"Δ held-out acc. vs {REFERENCE_ARM} [95% CI]",
+                 "seeds better", "CI excludes 0"]
+                + [f"Δ d{d} [95% CI]" for d in levels], rows)
 
 
 def dynamics_table(groups) -> list[str]:
@@ -362,7 +411,11 @@ def write_report(sweep_dir: str, out_dir: str, command: str) -> str:
   if comparison:
     lines += [f"## Arms against {REFERENCE_ARM}", "",
               "Per-seed difference in final held-out accuracy (same seed, "
-              "same α), mean ± std over the seed pairs.", ""]
+              "same α, same simulator start), the mean over the seed pairs "
+              "with its 95% t-interval; \"CI excludes 0\" marks the "
+              "differences this many seeds show to be real. An arm label "
+              "\"arm [start]\" names a simulator start other than "
+              "\"matched\" (config.warmstart.simulator_start).", ""]
     lines += comparison + [""]
   alphas = alpha_table(groups)
   if alphas:
