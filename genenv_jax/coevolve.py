@@ -134,8 +134,11 @@ def agent_update(config, players: Players, agent: PlayerState,
                                           "logprob_chunk_size",
                                           policy.DEFAULT_CHUNK_SIZE))
     entropy = scores.entropy if config.grpo.entropy_coef else None
-    return losses.grpo_loss(scores.logp, mb.old_logp, mb.ref_logp, mb.mask,
-                            mb.advantages, config.grpo, entropy)
+    loss, metrics = losses.grpo_loss(scores.logp, mb.old_logp, mb.ref_logp, mb.mask,
+                                     mb.advantages, config.grpo, entropy)
+    mismatch = _masked_mean(jnp.abs(jax.lax.stop_gradient(scores.logp) - mb.old_logp),
+                            mb.mask)
+    return loss, dict(metrics, logp_mismatch=mismatch)
 
   def one_epoch(carry, epoch_rng):
     params, opt_state = carry
@@ -156,7 +159,10 @@ def agent_update(config, players: Players, agent: PlayerState,
   (params, opt_state), metrics = jax.lax.scan(
       one_epoch, (agent.params, agent.opt_state),
       jax.random.split(rng, cc.agent_epochs))
-  metrics = jax.tree.map(jnp.mean, metrics)
+  # |sampler - trainer| log-prob where the trainer still has the sampler's
+  # params: the first minibatch of the first epoch.
+  mismatch = metrics.pop("logp_mismatch")[0, 0]
+  metrics = dict(jax.tree.map(jnp.mean, metrics), logp_mismatch=mismatch)
   return agent.replace(params=params, opt_state=opt_state), metrics
 
 
@@ -186,19 +192,29 @@ def simulator_update(config, players: Players, simulator: PlayerState, prompt,
                                         "logprob_chunk_size",
                                         policy.DEFAULT_CHUNK_SIZE))
 
+  step_mask = task_mask & valid[:, None]
+
+  def with_mismatch(loss_and_metrics, logp):
+    # |sampler - trainer| log-prob under the pre-update params.
+    loss, metrics = loss_and_metrics
+    mismatch = _masked_mean(jnp.abs(jax.lax.stop_gradient(logp) - old_logp), step_mask)
+    return loss, dict(metrics, logp_mismatch=mismatch)
+
   if eu.method == "rwr":
     def loss_fn(params):
-      return losses.rwr_loss(scores(params).logp, ref_logp, task_mask,
-                             weights, eu.kl_coef, eu.kl_estimator)
+      logp = scores(params).logp
+      return with_mismatch(losses.rwr_loss(logp, ref_logp, task_mask, weights,
+                                           eu.kl_coef, eu.kl_estimator), logp)
     learn = jnp.any(weights > 0)
   else:  # "pg"
     pg_cfg = ml_collections.ConfigDict(config.grpo.to_dict())
     pg_cfg.kl_coef, pg_cfg.kl_estimator = eu.kl_coef, eu.kl_estimator
 
     def loss_fn(params):
-      return losses.simulator_pg_loss(scores(params).logp, old_logp, ref_logp,
-                                task_mask, reward, num_seeds, variations,
-                                pg_cfg, valid)
+      logp = scores(params).logp
+      return with_mismatch(losses.simulator_pg_loss(
+          logp, old_logp, ref_logp, task_mask, reward, num_seeds, variations,
+          pg_cfg, valid), logp)
     learn = jnp.any(valid)
 
   (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
@@ -206,7 +222,6 @@ def simulator_update(config, players: Players, simulator: PlayerState, prompt,
   updates, opt_state = players.simulator_opt.update(grads, simulator.opt_state,
                                               simulator.params)
   candidate = optax.apply_updates(simulator.params, updates)
-  step_mask = task_mask & valid[:, None]
   step_kl = _masked_mean(
       losses.kl_estimate(old_logp, scores(candidate).logp, "k3"), step_mask)
   scale = losses.kl_cap_scale(step_kl, eu.kl_cap)
@@ -240,12 +255,12 @@ def params_for_sampling(model: ModelConfig, params, layout: str = "gathered"):
 def sampling_configs(config, domain: TaskDomain
                      ) -> tuple[SamplingConfig, SamplingConfig]:
   """(simulator, agent) sampling settings of the step: the simulator writes
-  up to task_len tokens, the agent answers in up to answer_len."""
+  up to simulator_len tokens, the agent answers in up to response_len."""
   cc = config.coevolve
   stop = dict(eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
-  return (SamplingConfig(max_new_tokens=domain.task_len,
+  return (SamplingConfig(max_new_tokens=domain.simulator_len,
                          temperature=cc.simulator_temperature, **stop),
-          SamplingConfig(max_new_tokens=domain.answer_len,
+          SamplingConfig(max_new_tokens=domain.response_len,
                          temperature=cc.agent_temperature, **stop))
 
 
@@ -355,7 +370,10 @@ def make_step(config, domain: TaskDomain, players: Players
         losses.kl_estimate(simulator_old_logp, simulator_ref_logp, "k3"),
         simulator_out.mask & fresh.valid[:, None])
     if config.simulator_update.method == "none":
-      simulator, simulator_metrics = state.simulator, {}
+      # Frozen: its params are its initial (reference) ones.
+      simulator, simulator_metrics = state.simulator, {"logp_mismatch": _masked_mean(
+          jnp.abs(simulator_ref_logp - simulator_old_logp),
+          simulator_out.mask & fresh.valid[:, None])}
     else:
       simulator, simulator_metrics = simulator_update(
           config, players, state.simulator, gen_prompt, gen_prompt_mask,
@@ -402,9 +420,14 @@ def make_step(config, domain: TaskDomain, players: Players
         "agent/clip_frac": agent_metrics["clip_frac"],
         "agent/grad_norm": agent_metrics["grad_norm"],
         "agent/response_len": _masked_mean(agent_out.lengths, attempt_valid),
+        "agent/logp_mismatch": agent_metrics["logp_mismatch"],
+        "env/logp_mismatch": simulator_metrics.pop("logp_mismatch"),
         "pool/size": state.pool.size,
         "pool/env_size": state.generation_pool.size,
     }
+    if fresh.delimiter is not None:  # tasks opened by another delimiter spelling
+      metrics["env/delimiter_variant_frac"] = _masked_mean(fresh.delimiter > 0,
+                                                           fresh.valid)
     for level in range(1, domain.max_difficulty + 1):
       metrics[f"env/difficulty_frac_d{level}"] = _masked_mean(
           fresh.difficulty == level, fresh.valid)

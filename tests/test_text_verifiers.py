@@ -160,8 +160,13 @@ def test_bfcl_reference_keeps_only_what_the_check_reads():
   assert compact["types"] == {"f": {"xs": "array[float]"}}
   assert tv.bfcl_score("[f(xs=[1.5, 2.0])]", json.dumps(compact)) == 1.0
   assert tv.bfcl_score("[f(xs=['a', 'b'])]", json.dumps(compact)) == 0.0
+  untyped = tv.bfcl_reference([WEATHER], [{"get_weather": {"city": ["Paris"],
+                                                          "hours": [1, ""]}}])
+  assert untyped["types"] == {"get_weather": {"city": "string"}}
+  assert tv.bfcl_score("[get_weather(city='Paris')]", json.dumps(untyped)) == 1.0
+  assert tv.bfcl_score("[get_weather(city='Paris', hours=1)]", json.dumps(untyped)) == 0.0
   with pytest.raises(KeyError):
-    tv.bfcl_reference([WEATHER], [{"get_weather": {"hours": [1]}}])
+    tv.bfcl_reference([WEATHER], [{"get_time": {"city": ["Paris"]}}])
 
 
 @pytest.mark.parametrize("response,score", [

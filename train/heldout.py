@@ -51,7 +51,7 @@ class HeldoutEval:
     self._levels = sorted(int(d) for d in np.unique(difficulty))
     self._difficulty = np.asarray(difficulty)
     self._rows = jnp.asarray(rows)
-    greedy = SamplingConfig(max_new_tokens=domain.answer_len, temperature=0.0,
+    greedy = SamplingConfig(max_new_tokens=domain.response_len, temperature=0.0,
                             eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
 
     @jax.jit

@@ -113,7 +113,8 @@ def create_state(config, domain, players, agent_params, simulator_params,
       pool=pool_lib.create_task_pool(base_rows, base_difficulty,
                                      config.pool.capacity),
       generation_pool=pool_lib.create_generation_pool(
-          config.pool.generation_capacity, domain.simulator_prompt_len, domain.task_len),
+          config.pool.generation_capacity, domain.simulator_prompt_len,
+          domain.simulator_len),
       rng=jax.random.PRNGKey(config.seed + 3),
       step=np.int32(0))
   replicated = sharding.replicated(mesh)

@@ -195,7 +195,7 @@ def read_source_file(config: TextTasksConfig, path: str) -> list[TextRecord]:
       reference = text_verifiers.bfcl_reference(functions, ground_truth)
     except (KeyError, TypeError, ValueError) as e:
       raise InputError(f"{where} (id {record_id!r}): the ground truth names a function "
-                       f"or parameter without a typed schema: {e!r}") from e
+                       f"without a typed schema: {e!r}") from e
     task = bfcl_task_text(question, functions)
     answer = json.dumps(reference, separators=(",", ":"))
     out.append(TextRecord(record_id, task, answer))

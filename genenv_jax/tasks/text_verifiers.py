@@ -400,8 +400,8 @@ def bfcl_reference(functions: Sequence[dict[str, Any]],
     ground_truth: BFCL's `[{function_name: {param: [acceptable values]}}, ...]`.
 
   Raises:
-    KeyError or TypeError: a ground-truth call names a function or parameter the
-    schemas do not define, or a schema lacks its type.
+    KeyError or TypeError: a ground-truth call names a function the schemas do not
+    define, or a schema lacks a type.
   """
   schemas = {schema["name"]: schema["parameters"] for schema in functions}
   types: dict[str, dict[str, str]] = {}
@@ -409,8 +409,10 @@ def bfcl_reference(functions: Sequence[dict[str, Any]],
   for call in ground_truth:
     (name, params), = call.items()
     properties = schemas[name]["properties"]
+    # A ground-truth parameter the schema lacks (BFCL has some) stays untyped: a
+    # call that gives it fails, as under BFCL's checker.
     types.setdefault(name, {}).update(
-        {param: _type_name(properties[param]) for param in params})
+        {param: _type_name(properties[param]) for param in params if param in properties})
     if schemas[name].get("required"):
       required[name] = list(schemas[name]["required"])
   return {"ground_truth": list(ground_truth), "types": types, "required": required}
