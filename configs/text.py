@@ -124,8 +124,8 @@ def _bfcl(c: ml_collections.ConfigDict) -> None:
   c.task.update(
       verifier="bfcl", answer_from="last_tool_call",
       agent_instruction="{task}",  # the seed task asks for the call list itself
-      max_task_tokens=1600, max_answer_tokens=384, max_written_tokens=2048,
-      max_simulator_tokens=2304, max_response_tokens=1024)
+      max_task_tokens=2048, max_answer_tokens=384, max_written_tokens=2560,
+      max_simulator_tokens=2816, max_response_tokens=1024)
 
 
 def smollm2_dir() -> str:

@@ -167,6 +167,14 @@ def test_bfcl_reference_keeps_only_what_the_check_reads():
   assert tv.bfcl_score("[get_weather(city='Paris', hours=1)]", json.dumps(untyped)) == 0.0
   with pytest.raises(KeyError):
     tv.bfcl_reference([WEATHER], [{"get_time": {"city": ["Paris"]}}])
+  # A dict parameter's acceptable value lists acceptable values per key.
+  update = {"name": "update", "parameters": {"required": ["info"], "properties": {
+      "info": {"type": "dict"}}}}
+  nested = json.dumps(tv.bfcl_reference([update], [
+      {"update": {"info": [{"name": ["Ann", "Anne"], "age": ["", 30]}]}}]))
+  assert tv.bfcl_reference_ok(nested)
+  assert tv.bfcl_score("[update(info={'name': 'Anne'})]", nested) == 1.0
+  assert tv.bfcl_score("[update(info={'name': 'Bob'})]", nested) == 0.0
 
 
 @pytest.mark.parametrize("response,score", [

@@ -461,15 +461,28 @@ def bfcl_score(response: str, reference: str) -> float:
     return 0.0
 
 
+def _first_answer(acceptable: Any) -> Any:
+  """An answer value from an acceptable value: a dict's (or each dict of a list's)
+  keys take their first acceptable value (keys whose first is "" left out)."""
+  if isinstance(acceptable, dict):
+    return {key: _first_answer(values[0]) for key, values in acceptable.items()
+            if isinstance(values, list) and values and values[0] != bfcl.OPTIONAL}
+  if isinstance(acceptable, list) and acceptable and all(
+      isinstance(item, dict) for item in acceptable):
+    return [_first_answer(item) for item in acceptable]
+  return acceptable
+
+
 def bfcl_reference_ok(reference: str) -> bool:
   """The reference is well formed and solvable: the calls made of each parameter's
-  first acceptable value (leaving out parameters whose first value is "") pass."""
+  first acceptable value (leaving out parameters whose first value is ""; in a dict
+  value, each key's first acceptable value) pass."""
   try:
     entry, category = bfcl_entry(reference)
     calls = []
     for answer in entry.ground_truth:
       (name, params), = answer.items()
-      args = {param: values[0] for param, values in params.items()
+      args = {param: _first_answer(values[0]) for param, values in params.items()
               if values[0] != bfcl.OPTIONAL}
       calls.append(bfcl.Call(name, args))
     return bfcl.check_calls(entry, calls, category) is None
