@@ -158,8 +158,9 @@ def _smollm(c: ml_collections.ConfigDict) -> None:
   c.data.update(source_dir=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                         "data", "smollm_seed"),
                 test_fraction=0.0)
+  # Sampling from the sharded weights: no whole copy of each player per device.
   c.coevolve.update(num_steps=20, num_seeds=2, variations=2, attempts=4,
-                    agent_minibatches=2)
+                    agent_minibatches=2, sampling_layout="training")
   c.curriculum.success_threshold = 0.5  # f1 >= 0.5 counts as solved
   c.pool.update(capacity=256, num_base=32, base_max_difficulty=2, replay_tasks=2,
                 generation_capacity=32)

@@ -34,7 +34,7 @@ def hf_dir(tmp_path_factory):
   tokenizer = make_tokenizer(root / "tokenizer")
   config = get_preset("tiny", vocab_size=len(tokenizer), dtype="float32")
   params = decoder.init_params(config, jax.random.PRNGKey(0))
-  hf.save_hf_params(params, config, root / "model", "llama",
+  hf.save_hf_params(params, config, root / "model", "qwen2",
                     tokenizer_dir=root / "tokenizer")
   return str(root / "model")
 
