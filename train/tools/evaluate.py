@@ -99,7 +99,7 @@ def _generate_bfcl(args) -> None:
   from train.tools import bfcl_generate  # pylint: disable=import-outside-toplevel
 
   mesh = sharding.make_mesh(dict(data=-1, fsdp=1, tensor=1))
-  agent = bfcl_generate.load_agent(args.run, args.hf_dir, args.step, args.dtype, mesh)
+  agent = bfcl_generate.load_agent(args.run_dir, args.hf_dir, args.step, args.dtype, mesh)
   count = bfcl_generate.write_predictions(
       args.data_dir, args.category, agent, args.predictions, mesh, args.max_new_tokens,
       args.batch_size, args.limit, args.temperature)
@@ -109,7 +109,7 @@ def _generate_bfcl(args) -> None:
 def _run_bfcl(args) -> None:
   if args.generate:
     _generate_bfcl(args)
-  elif args.run or args.hf_dir:
+  elif args.run_dir or args.hf_dir:
     raise InputError("--run and --hf_dir need --generate")
   entries = bfcl.load_category(args.data_dir, args.category)
   texts = read_predictions(args.predictions, [e.id for e in entries],
@@ -174,7 +174,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="expect dotted function names written with '_'")
   sub.add_argument("--generate", action="store_true",
                    help="write --predictions first by decoding an agent's answers")
-  sub.add_argument("--run", default="", help="training run workdir (its agent)")
+  sub.add_argument("--run", dest="run_dir", default="",
+                   help="training run workdir (its agent)")
   sub.add_argument("--step", type=int, default=None,
                    help="the run's checkpoint step (default: the latest)")
   sub.add_argument("--hf_dir", default="", help="HF model directory")
