@@ -171,8 +171,9 @@ def _smollm(c: ml_collections.ConfigDict) -> None:
 
 def _shrink_to_cpu(c: ml_collections.ConfigDict) -> None:
   """Small widths and batches for tiny models on a CPU."""
-  c.task.update(max_task_tokens=24, max_answer_tokens=8, max_written_tokens=48,
-                max_difficulty=2)
+  c.task.update(max_task_tokens=24, max_answer_tokens=8, max_response_tokens=8,
+                max_written_tokens=48, max_simulator_tokens=48, max_difficulty=2,
+                answer_from="all", agent_instruction="{task}")
   for player in (c.agent, c.simulator):
     player.model_overrides = ml_collections.ConfigDict(dict(dtype="float32"))
     player.learning_rate = 1e-4
