@@ -8,6 +8,19 @@ Edit the paths below (or override them on the command line), then run:
     --config.data.source_dir=/data/seed_tasks
 `--config=configs/text.py:cpu` shrinks the batches and widths to what a CPU runs.
 
+Variants:
+  cpu     small batches and widths for tiny models on a CPU.
+  bfcl    BFCL seed data (data.format="bfcl", the `bfcl` verifier on the last tool
+          call of a response) at widths that keep >= 95% of every single-turn
+          category with a Qwen tokenizer (`python -m train.tools.bfcl_widths`
+          measures it; docs/text_tasks.md has the figures).
+  smollm  GenEnv on a real chat model on a CPU: both players SmolLM2-135M-Instruct
+          from $GENENV_SMOLLM2_DIR, else the cache `python -m
+          train.tools.real_models smollm2` builds ($GENENV_CACHE or
+          ~/.cache/genenv_jax, then smollm2-135m-instruct), on the project's tiny
+          seed set configs/data/smollm_seed/:
+            python -m train.main --config=configs/text.py:smollm --workdir=runs/smollm
+
 Both players share one tokenizer (its ids are the task format). The seed
 directory holds JSONL / parquet files with a prompt and an answer per record
 (or BFCL question / function / ground-truth lines with data.format="bfcl");
@@ -16,15 +29,26 @@ simulator writes `New Task: ...` / `New Answer: ...`; the agent is scored on
 its response by `task.verifier`.
 """
 
+import os
+
 import ml_collections
 
 from configs import default
 
+VARIANTS = ("cpu", "bfcl", "smollm")
+# Other spellings of the delimiters that chat models write.
+TASK_DELIMITER_VARIANTS = ("**New Task:**", "**New Task**:", "New task:", "New Task -",
+                           "## New Task:", "## New Task", "### New Task:", "### New Task")
+ANSWER_DELIMITER_VARIANTS = ("**New Answer:**", "**New Answer**:", "New answer:",
+                             "## New Answer:", "## New Answer", "### New Answer:",
+                             "### New Answer")
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  """arg: None for the full-size run, or "cpu": small batches and widths."""
-  if arg not in (None, "", "cpu"):
-    raise ValueError(f"configs/text.py: unknown variant {arg!r}; expected none or 'cpu'.")
+  """arg: None for the full-size run, or one of VARIANTS (module doc)."""
+  if arg not in (None, "") + VARIANTS:
+    raise ValueError(f"configs/text.py: unknown variant {arg!r}; expected none or one "
+                     f"of {VARIANTS}.")
   c = default.get_config()
 
   c.task = ml_collections.ConfigDict(dict(
@@ -33,9 +57,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       task_delimiter="New Task:",
       answer_delimiter="New Answer:",
       max_task_tokens=256,     # widest task the agent's prompt holds
-      max_answer_tokens=64,    # widest reference answer and the agent's response
-                               # budget (EOS not counted): leave room to reason
-      max_written_tokens=384,  # the simulator's budget for one task + answer
+      max_answer_tokens=64,    # widest reference answer (EOS not counted)
+      max_response_tokens=1024,  # the agent's budget (EOS not counted): room to
+                               # reason before the answer (see answer_from)
+      max_written_tokens=384,  # a written task + answer row (the task pool's width)
+      max_simulator_tokens=512,  # the simulator's budget: it may reason before
+                               # the task delimiter; from it on must fit a row
+      task_delimiter_variants=list(TASK_DELIMITER_VARIANTS),
+      answer_delimiter_variants=list(ANSWER_DELIMITER_VARIANTS),
       use_chat_template=True,
       # Prompts: {seed} / {task} mark where the seed task / the new task go;
       # {task_delimiter}, {answer_delimiter} and {signal} are filled in too.
@@ -46,10 +75,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
           "exactly this format:\n{task_delimiter} <the task>\n"
           "{answer_delimiter} <the answer>"),
       agent_system_prompt="",
-      agent_instruction="{task}",
+      agent_instruction=(
+          "{task}\n\nThink step by step if you need to, then end with a line "
+          "'Final answer: <the answer>'."),
       eos_token="<|im_end|>",  # Qwen2.5-Instruct's end of turn ("" = tokenizer's eos)
       pad_token="",            # "" = the tokenizer's pad token (must differ from eos)
       verifier="exact",        # exact | f1 | tool_call | boxed | bfcl
+      answer_from="final_answer",  # all | final_answer | last_boxed | last_tool_call
+      final_answer_marker="Final answer:",
       max_difficulty=4,        # task-length buckets
       summary_signals=False,   # write {signal} (success rate) into the simulator prompt
       signal_template="The solver currently answers {rate} of such tasks correctly.",
@@ -78,13 +111,69 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                 replay_tasks=8, generation_capacity=2048)
   if arg == "cpu":
     _shrink_to_cpu(c)
+  elif arg == "bfcl":
+    _bfcl(c)
+  elif arg == "smollm":
+    _smollm(c)
   return c
+
+
+def _bfcl(c: ml_collections.ConfigDict) -> None:
+  """BFCL seeds; widths keep >= 95% of each single-turn category (Qwen tokenizer)."""
+  c.data.format = "bfcl"
+  c.task.update(
+      verifier="bfcl", answer_from="last_tool_call",
+      agent_instruction="{task}",  # the seed task asks for the call list itself
+      max_task_tokens=2048, max_answer_tokens=384, max_written_tokens=2560,
+      max_simulator_tokens=2816, max_response_tokens=1024)
+
+
+def smollm2_dir() -> str:
+  """$GENENV_SMOLLM2_DIR, else where train.tools.real_models caches SmolLM2."""
+  cache = os.environ.get("GENENV_CACHE") or os.path.join(
+      os.path.expanduser("~"), ".cache", "genenv_jax")
+  return os.environ.get("GENENV_SMOLLM2_DIR") or os.path.join(
+      cache, "smollm2-135m-instruct")
+
+
+def _smollm(c: ml_collections.ConfigDict) -> None:
+  """Both players SmolLM2-135M-Instruct, small batches and widths, f32 on a CPU."""
+  model_dir = smollm2_dir()
+  # Parameters and optimiser states sharded over every device (fsdp), not one
+  # copy per device: four 135M-parameter trees per player.
+  c.mesh.update(data=1, fsdp=-1, tensor=1)
+  for player in (c.agent, c.simulator):
+    player.hf_dir = model_dir
+    # Scanned layers: one block in the compiled step, not 30 (compile time, memory).
+    player.model_overrides = ml_collections.ConfigDict(dict(dtype="float32",
+                                                            scan_layers=True))
+  c.agent.learning_rate = 1e-6
+  c.simulator.learning_rate = 5e-7
+  c.task.update(
+      tokenizer_dir=model_dir, pad_token="<|endoftext|>",  # its pad is its eos
+      verifier="f1", answer_from="all",
+      agent_instruction="{task}\nAnswer with only the answer, in a few words.",
+      max_task_tokens=32, max_answer_tokens=8, max_response_tokens=16,
+      max_written_tokens=56, max_simulator_tokens=64, max_difficulty=2)
+  c.data.update(source_dir=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                        "data", "smollm_seed"),
+                test_fraction=0.0)
+  # Sampling from the sharded weights: no whole copy of each player per device.
+  c.coevolve.update(num_steps=20, num_seeds=2, variations=2, attempts=4,
+                    agent_minibatches=2, sampling_layout="training")
+  c.curriculum.success_threshold = 0.5  # f1 >= 0.5 counts as solved
+  c.pool.update(capacity=256, num_base=32, base_max_difficulty=2, replay_tasks=2,
+                generation_capacity=32)
+  c.eval.every_steps = 1000  # held-out eval off in short runs
+  c.log_every = 1
+  c.checkpoint_every = 1000
 
 
 def _shrink_to_cpu(c: ml_collections.ConfigDict) -> None:
   """Small widths and batches for tiny models on a CPU."""
-  c.task.update(max_task_tokens=24, max_answer_tokens=8, max_written_tokens=48,
-                max_difficulty=2)
+  c.task.update(max_task_tokens=24, max_answer_tokens=8, max_response_tokens=8,
+                max_written_tokens=48, max_simulator_tokens=48, max_difficulty=2,
+                answer_from="all", agent_instruction="{task}")
   for player in (c.agent, c.simulator):
     player.model_overrides = ml_collections.ConfigDict(dict(dtype="float32"))
     player.learning_rate = 1e-4

@@ -249,9 +249,13 @@ def agent_update(config, players: Players, agent: PlayerState,
         minibatch.response, minibatch.mask, cc.agent_temperature,
         _chunk_size(config))
     entropy = scores.entropy if config.grpo.entropy_coef else None
-    return losses.grpo_loss(scores.logp, minibatch.old_logp,
-                            minibatch.ref_logp, minibatch.mask,
-                            minibatch.advantages, config.grpo, entropy)
+    loss, metrics = losses.grpo_loss(scores.logp, minibatch.old_logp,
+                                     minibatch.ref_logp, minibatch.mask,
+                                     minibatch.advantages, config.grpo, entropy)
+    mismatch = _masked_mean(
+        jnp.abs(jax.lax.stop_gradient(scores.logp) - minibatch.old_logp),
+        minibatch.mask)
+    return loss, dict(metrics, logp_mismatch=mismatch)
 
   def one_epoch(carry, epoch_rng):
     perm = jax.random.permutation(epoch_rng, n).reshape(num_minibatches, -1)
@@ -281,7 +285,11 @@ def agent_update(config, players: Players, agent: PlayerState,
       one_epoch, (agent.params, agent.opt_state),
       jax.random.split(rng, cc.agent_epochs))
   skipped = metrics.pop("skipped_updates").sum()
-  metrics = dict(jax.tree.map(jnp.mean, metrics), skipped_updates=skipped)
+  # |sampler - trainer| log-prob where the trainer still has the sampler's
+  # params: the first minibatch of the first epoch.
+  mismatch = metrics.pop("logp_mismatch")[0, 0]
+  metrics = dict(jax.tree.map(jnp.mean, metrics), skipped_updates=skipped,
+                 logp_mismatch=mismatch)
   return agent.replace(params=params, opt_state=opt_state), metrics
 
 
@@ -322,11 +330,21 @@ def simulator_update(config, players: Players, simulator: PlayerState,
         batch.task, batch.task_mask, config.coevolve.simulator_temperature,
         _chunk_size(config))
 
+  step_mask = batch.task_mask & batch.valid[:, None]
+
+  def with_mismatch(loss_and_metrics, logp):
+    # |sampler - trainer| log-prob under the pre-update params.
+    loss, metrics = loss_and_metrics
+    mismatch = _masked_mean(
+        jnp.abs(jax.lax.stop_gradient(logp) - batch.old_logp), step_mask)
+    return loss, dict(metrics, logp_mismatch=mismatch)
+
   if update_cfg.method == "rwr":
     def loss_fn(params):
-      return losses.rwr_loss(scores(params).logp, batch.ref_logp,
-                             batch.task_mask, batch.weights,
-                             update_cfg.kl_coef, update_cfg.kl_estimator)
+      logp = scores(params).logp
+      return with_mismatch(losses.rwr_loss(
+          logp, batch.ref_logp, batch.task_mask, batch.weights,
+          update_cfg.kl_coef, update_cfg.kl_estimator), logp)
     learn = jnp.any(batch.weights > 0)
   else:  # "pg"
     pg_cfg = ml_collections.ConfigDict(config.grpo.to_dict())
@@ -334,11 +352,11 @@ def simulator_update(config, players: Players, simulator: PlayerState,
     pg_cfg.kl_estimator = update_cfg.kl_estimator
 
     def loss_fn(params):
-      return losses.simulator_pg_loss(
-          scores(params).logp, batch.old_logp, batch.ref_logp,
-          batch.task_mask, batch.reward, config.coevolve.num_seeds,
-          config.coevolve.variations, pg_cfg, batch.valid,
-          update_cfg.pg_baseline)
+      logp = scores(params).logp
+      return with_mismatch(losses.simulator_pg_loss(
+          logp, batch.old_logp, batch.ref_logp, batch.task_mask, batch.reward,
+          config.coevolve.num_seeds, config.coevolve.variations, pg_cfg,
+          batch.valid, update_cfg.pg_baseline), logp)
     learn = jnp.any(batch.valid)
 
   (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
@@ -346,7 +364,6 @@ def simulator_update(config, players: Players, simulator: PlayerState,
   updates, opt_state = players.simulator_opt.update(
       grads, simulator.opt_state, simulator.params)
   candidate = optax.apply_updates(simulator.params, updates)
-  step_mask = batch.task_mask & batch.valid[:, None]
   step_kl = _masked_mean(
       losses.kl_estimate(batch.old_logp, scores(candidate).logp, "k3"),
       step_mask)
@@ -453,8 +470,15 @@ def step_metrics(domain: TaskDomain, state: CoevolveState,
       "pool/size": per_step(state.pool.size),
       "pool/env_size": per_step(state.generation_pool.size),
   }
-  for name in ("kl", "loss", "clip_frac", "grad_norm", "skipped_updates"):
+  for name in ("kl", "loss", "clip_frac", "grad_norm", "skipped_updates",
+               "logp_mismatch"):
     metrics[f"agent/{name}"] = per_step(agent_metrics[name])
+  simulator_metrics = dict(simulator_metrics)
+  metrics["env/logp_mismatch"] = per_step(
+      simulator_metrics.pop("logp_mismatch"))
+  if fresh.delimiter is not None:  # tasks opened by another delimiter spelling
+    metrics["env/delimiter_variant_frac"] = masked_ratio(fresh.delimiter > 0,
+                                                         fresh.valid)
   for level in range(1, domain.max_difficulty + 1):
     metrics[f"env/difficulty_frac_d{level}"] = masked_ratio(
         fresh.difficulty == level, fresh.valid)
@@ -491,12 +515,12 @@ def params_for_sampling(model: ModelConfig, params, layout: str = "gathered"):
 def sampling_configs(config, domain: TaskDomain
                      ) -> tuple[SamplingConfig, SamplingConfig]:
   """(simulator, agent) sampling settings of the step: the simulator writes
-  up to task_len tokens, the agent answers in up to answer_len."""
+  up to simulator_len tokens, the agent answers in up to response_len."""
   cc = config.coevolve
   stop = dict(eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
-  return (SamplingConfig(max_new_tokens=domain.task_len,
+  return (SamplingConfig(max_new_tokens=domain.simulator_len,
                          temperature=cc.simulator_temperature, **stop),
-          SamplingConfig(max_new_tokens=domain.answer_len,
+          SamplingConfig(max_new_tokens=domain.response_len,
                          temperature=cc.agent_temperature, **stop))
 
 
@@ -542,8 +566,11 @@ def make_step(config, domain: TaskDomain, players: Players
     simulator_kl = masked_ratio(
         losses.kl_estimate(batch.old_logp, batch.ref_logp, "k3"),
         batch.task_mask & batch.valid[:, None])
-    if frozen:
-      simulator, simulator_metrics = state.simulator, {}
+    if frozen:  # its params are its initial (reference) ones
+      simulator, simulator_metrics = state.simulator, {
+          "logp_mismatch": _masked_mean(
+              jnp.abs(batch.ref_logp - batch.old_logp),
+              batch.task_mask & batch.valid[:, None])}
     else:
       if num_replayed:  # D_env's earlier kept generations join the RWR batch
         batch = generation_replay.with_replayed_generations(

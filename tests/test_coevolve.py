@@ -56,11 +56,15 @@ def test_step_compiles_once_and_metrics_are_finite(sharded_run):
   assert int(state.step) == 3
   names = {"env/success_rate", "env/in_band_frac", "env/valid_frac",
            "env/difficulty_mean", "env/reward_mean", "env/kl",
-           "agent/reward_mean", "agent/kl", "agent/loss"}
+           "agent/reward_mean", "agent/kl", "agent/loss", "agent/logp_mismatch",
+           "env/logp_mismatch"}
   for metrics in history:
     assert names <= set(metrics)
     for name, value in metrics.items():
       assert np.isfinite(value), name
+    # f32 players: the sampler's and the trainer's log-probs agree.
+    assert 0.0 <= metrics["agent/logp_mismatch"] < 1e-3
+    assert 0.0 <= metrics["env/logp_mismatch"] < 1e-3
   # Parameters stay laid out as the rules say.
   q = state.agent.params["layers_0"]["attn"]["q_proj"]["kernel"]
   assert q.sharding.spec == jax.sharding.PartitionSpec("fsdp", "tensor", None)

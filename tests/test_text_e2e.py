@@ -265,5 +265,6 @@ def test_bfcl_lines_become_checkable_tasks(tmp_path):
                       max_answer_tokens=384, max_written_tokens=800)
   rows = text_datasets.seed_rows(domain, records)
   assert len(rows.rows) == 2 and rows.num_dropped == 0
-  broken = records[0]._replace(answer='{"function": [], "ground_truth": []}')
+  assert "Adds." not in records[0].answer  # schemas stay in the task only
+  broken = records[0]._replace(answer='{"types": {}, "ground_truth": []}')
   assert text_datasets.seed_rows(domain, [broken]).num_dropped == 1

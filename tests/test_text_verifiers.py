@@ -141,9 +141,40 @@ WEATHER = {"name": "get_weather", "description": "Weather forecast.",
                "city": {"type": "string"},
                "days": {"type": "integer"},
                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}}}
-BFCL_REFERENCE = json.dumps({"function": [WEATHER], "ground_truth": [
+BFCL_REFERENCE = json.dumps(tv.bfcl_reference([WEATHER], [
     {"get_weather": {"city": ["Paris", "Paris, France"], "days": [3],
-                     "unit": ["celsius", ""]}}]})
+                     "unit": ["celsius", ""]}}]))
+
+
+def test_bfcl_reference_keeps_only_what_the_check_reads():
+  assert json.loads(BFCL_REFERENCE) == {
+      "ground_truth": [{"get_weather": {"city": ["Paris", "Paris, France"],
+                                        "days": [3], "unit": ["celsius", ""]}}],
+      "types": {"get_weather": {"city": "string", "days": "integer",
+                                "unit": "string"}},
+      "required": {"get_weather": ["city"]}}
+  listed = {"name": "f", "parameters": {"properties": {
+      "xs": {"type": "array", "items": {"type": "float"}},
+      "unused": {"type": "string", "description": "not in the ground truth"}}}}
+  compact = tv.bfcl_reference([listed, WEATHER], [{"f": {"xs": [[1.5, 2.0]]}}])
+  assert compact["types"] == {"f": {"xs": "array[float]"}}
+  assert tv.bfcl_score("[f(xs=[1.5, 2.0])]", json.dumps(compact)) == 1.0
+  assert tv.bfcl_score("[f(xs=['a', 'b'])]", json.dumps(compact)) == 0.0
+  untyped = tv.bfcl_reference([WEATHER], [{"get_weather": {"city": ["Paris"],
+                                                          "hours": [1, ""]}}])
+  assert untyped["types"] == {"get_weather": {"city": "string"}}
+  assert tv.bfcl_score("[get_weather(city='Paris')]", json.dumps(untyped)) == 1.0
+  assert tv.bfcl_score("[get_weather(city='Paris', hours=1)]", json.dumps(untyped)) == 0.0
+  with pytest.raises(KeyError):
+    tv.bfcl_reference([WEATHER], [{"get_time": {"city": ["Paris"]}}])
+  # A dict parameter's acceptable value lists acceptable values per key.
+  update = {"name": "update", "parameters": {"required": ["info"], "properties": {
+      "info": {"type": "dict"}}}}
+  nested = json.dumps(tv.bfcl_reference([update], [
+      {"update": {"info": [{"name": ["Ann", "Anne"], "age": ["", 30]}]}}]))
+  assert tv.bfcl_reference_ok(nested)
+  assert tv.bfcl_score("[update(info={'name': 'Anne'})]", nested) == 1.0
+  assert tv.bfcl_score("[update(info={'name': 'Bob'})]", nested) == 0.0
 
 
 @pytest.mark.parametrize("response,score", [
@@ -163,16 +194,18 @@ def test_bfcl_ast_match(response, score):
 
 
 def test_bfcl_parallel_calls_and_reference_checks():
-  reference = json.dumps({"function": [WEATHER], "ground_truth": [
+  reference = json.dumps(tv.bfcl_reference([WEATHER], [
       {"get_weather": {"city": ["Paris"], "days": [1]}},
-      {"get_weather": {"city": ["Rome"], "days": [2]}}]})
+      {"get_weather": {"city": ["Rome"], "days": [2]}}]))
   assert tv.bfcl_score("[get_weather(city='Rome', days=2), get_weather(city='Paris', "
                        "days=1)]", reference) == 1.0
   assert tv.bfcl_score("[get_weather(city='Rome', days=2)]", reference) == 0.0
   assert tv.bfcl_reference_ok(BFCL_REFERENCE) and tv.bfcl_reference_ok(reference)
-  unsolvable = json.dumps({"function": [WEATHER], "ground_truth": [
-      {"get_weather": {"days": [3]}}]})  # misses the required city
-  for bad in (unsolvable, "[get_weather(city='Paris')]", "{}", '{"function": 3}'):
+  unsolvable = json.dumps(tv.bfcl_reference([WEATHER], [
+      {"get_weather": {"days": [3]}}]))  # misses the required city
+  untyped = json.dumps({"ground_truth": [{"get_weather": {"city": ["Paris"]}}],
+                        "types": {"get_weather": {"city": "text"}}})
+  for bad in (unsolvable, untyped, "[get_weather(city='Paris')]", "{}", '{"types": 3}'):
     assert not tv.bfcl_reference_ok(bad)
     assert tv.bfcl_score("[get_weather(city='Paris', days=3)]", bad) == 0.0
 

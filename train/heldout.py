@@ -54,7 +54,7 @@ class HeldoutEval:
     # Every process holds the rows and gets every answer back (a replicated
     # output is readable on each process, however many share the mesh).
     self._rows = sharding.from_host(np.asarray(rows, np.int32), replicated)
-    greedy = SamplingConfig(max_new_tokens=domain.answer_len, temperature=0.0,
+    greedy = SamplingConfig(max_new_tokens=domain.response_len, temperature=0.0,
                             eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
 
     @functools.partial(jax.jit, out_shardings=replicated)

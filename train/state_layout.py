@@ -121,7 +121,7 @@ def host_parts(config, domain, base_rows: np.ndarray,
                                      config.pool.capacity),
       generation_pool=pool_lib.create_generation_pool(
           config.pool.generation_capacity, domain.simulator_prompt_len,
-          domain.task_len),
+          domain.simulator_len),
       rng=jax.random.PRNGKey(config.seed + 3),
       step=np.int32(0))
 

@@ -25,8 +25,9 @@ Record formats (`format`):
                  `function` (the JSON schemas) and `ground_truth` (in the line, or in
                  `possible_answer/<same file name>` matched by `id`). The task text is
                  the question, the schemas and a request for Python-syntax calls; the
-                 answer is `{"function": ..., "ground_truth": ...}` as compact JSON, what
-                 the text domain's `bfcl` verifier reads.
+                 answer is the compact reference the text domain's `bfcl` verifier
+                 reads (`text_verifiers.bfcl_reference`: the ground truth with the
+                 types of the parameters it names, not the schemas).
 
 Features: `id`, `task`, `answer` (text) and `index` (the record's position in its
 split; tfds stores examples in hashed order). `seed_rows` turns a split into the
@@ -47,6 +48,7 @@ import jax
 import numpy as np
 
 from genenv_jax.scoring import InputError, read_jsonl, read_jsonl_lines
+from genenv_jax.tasks import text_verifiers
 from genenv_jax.tasks.text import TextDomain
 from train import datasets
 
@@ -163,6 +165,13 @@ def _bfcl_answers(path: str) -> dict[str, Any]:
   return {str(r.get("id")): r.get("ground_truth") for r in read_jsonl(answers_path)}
 
 
+def bfcl_task_text(question: str, functions: Sequence[dict[str, Any]]) -> str:
+  """The task text of a BFCL question: the question, its function schemas as
+  compact JSON and BFCL_REQUEST."""
+  return (f"{question}\n\nAvailable functions (JSON schemas):\n"
+          f"{json.dumps(list(functions), separators=(',', ':'))}\n\n{BFCL_REQUEST}")
+
+
 def read_source_file(config: TextTasksConfig, path: str) -> list[TextRecord]:
   """The seed tasks of one file.
 
@@ -196,10 +205,13 @@ def read_source_file(config: TextTasksConfig, path: str) -> list[TextRecord]:
       raise InputError(f"{where}: 'question' is neither a string nor BFCL's list of "
                        "turns of {role, content} messages") from e
     functions = record["function"]
-    task = (f"{question}\n\nAvailable functions (JSON schemas):\n"
-            f"{json.dumps(functions)}\n\n{BFCL_REQUEST}")
-    answer = json.dumps({"function": functions, "ground_truth": ground_truth},
-                        separators=(",", ":"))
+    try:
+      reference = text_verifiers.bfcl_reference(functions, ground_truth)
+    except (KeyError, TypeError, ValueError) as e:
+      raise InputError(f"{where} (id {record_id!r}): the ground truth names a function "
+                       f"without a typed schema: {e!r}") from e
+    task = bfcl_task_text(question, functions)
+    answer = json.dumps(reference, separators=(",", ":"))
     out.append(TextRecord(record_id, task, answer))
   return out
 

@@ -83,7 +83,7 @@ SUPPORTED_CATEGORIES = (
 
 OPTIONAL = ""  # an acceptable value meaning "the parameter may be left out"
 
-_PYTHON_TYPES = {"string": str, "any": str, "integer": int, "float": float,
+PYTHON_TYPES = {"string": str, "any": str, "integer": int, "float": float,
                  "boolean": bool, "array": list, "tuple": list, "dict": dict}
 _ITEM_TYPED = ("array", "tuple")
 _IGNORED_IN_STRINGS = re.compile(r"[ ,./\-_*^]")
@@ -492,8 +492,8 @@ def _check_value(param: str, value: Any, spec: dict[str, Any],
                  acceptable: list[Any]) -> str | None:
   """Why `value` is not acceptable for `param` (schema `spec`); None when it is."""
   declared = spec["type"]
-  expected_type = _PYTHON_TYPES[declared]
-  item_type = (_PYTHON_TYPES[spec["items"]["type"]] if declared in _ITEM_TYPED
+  expected_type = PYTHON_TYPES[declared]
+  item_type = (PYTHON_TYPES[spec["items"]["type"]] if declared in _ITEM_TYPED
                else None)
   if declared == "tuple" and type(value) is tuple:
     value = list(value)
@@ -642,10 +642,10 @@ def _check_schema(schema: Any, where: str) -> None:
         f"{where}: function schema without name/parameters/properties") from e
   for param, spec in properties.items():
     declared = spec.get("type")
-    if declared not in _PYTHON_TYPES:
+    if declared not in PYTHON_TYPES:
       raise InputError(f"{where}: {name}.{param} has unsupported type {declared!r}")
     item_type = spec.get("items", {}).get("type")
-    if declared in _ITEM_TYPED and item_type not in _PYTHON_TYPES:
+    if declared in _ITEM_TYPED and item_type not in PYTHON_TYPES:
       raise InputError(f"{where}: {name}.{param} is a {declared} with unsupported "
                        f"items type {item_type!r}")
 

@@ -53,6 +53,9 @@ class ParsedTasks(NamedTuple):
     difficulty: int32[M] in 1..max_difficulty for valid tasks, 0 for invalid ones.
     task: int32[M, task_len] the canonical written-task row (pad after its EOS), all
       pad for invalid tasks; this is what goes into the task pool.
+    delimiter: int32[M] for domains that accept several spellings of their task
+      delimiter: which one opened the task (0 the configured one, i >= 1 the i-th
+      accepted variant, -1 for invalid rows); None for domains with one format.
   """
 
   prompt: jax.Array
@@ -62,6 +65,7 @@ class ParsedTasks(NamedTuple):
   valid: jax.Array
   difficulty: jax.Array
   task: jax.Array
+  delimiter: jax.Array | None = None
 
 
 class TaskDomain(abc.ABC):
@@ -74,8 +78,12 @@ class TaskDomain(abc.ABC):
       max_new_tokens.
     simulator_prompt_len: width of the simulator's prompts.
     agent_prompt_len: P, width of the agent's prompts.
-    answer_len: R, width of references and the agent's max_new_tokens.
+    answer_len: R, width of references.
     max_difficulty: largest difficulty level a valid task can have.
+    response_len: the agent's max_new_tokens (`answer_len` unless a domain lets the
+      agent write more than the answer, e.g. reasoning before it).
+    simulator_len: the simulator's max_new_tokens, the width `parse` reads
+      (`task_len` unless a domain lets the simulator write more than the task).
   """
 
   vocab_size: int
@@ -87,6 +95,14 @@ class TaskDomain(abc.ABC):
   agent_prompt_len: int
   answer_len: int
   max_difficulty: int
+
+  @property
+  def response_len(self) -> int:
+    return self.answer_len
+
+  @property
+  def simulator_len(self) -> int:
+    return self.task_len
 
   @classmethod
   @abc.abstractmethod
@@ -114,8 +130,9 @@ class TaskDomain(abc.ABC):
     """Reads the simulator's generations.
 
     Args:
-      simulator_tokens: int32[M, task_len] sampled tokens.
-      simulator_mask: bool[M, task_len] true on tokens the simulator actually wrote (up to
+      simulator_tokens: int32[M, L] sampled tokens, L = simulator_len (or task_len:
+        pool rows are parsed too).
+      simulator_mask: bool[M, L] true on tokens the simulator actually wrote (up to
         and including its EOS); a generation whose EOS is not inside the mask was
         truncated and is invalid.
 
@@ -135,8 +152,8 @@ class TaskDomain(abc.ABC):
     """Scores the agent's responses (the response tokens only, never the prompt).
 
     Args:
-      response: int32[M, R] sampled answer tokens.
-      response_mask: bool[M, R] true on tokens the agent wrote.
+      response: int32[M, response_len] sampled answer tokens.
+      response_mask: bool[M, response_len] true on tokens the agent wrote.
       reference: int32[M, R] reference answers from `parse`.
       reference_mask: bool[M, R].
 

@@ -11,9 +11,16 @@ task delimiter, the task, the answer delimiter, the answer, EOS, then pad.
 
 Parsing happens inside the jitted step on token ids. The delimiters are matched as
 token sequences: as the tokenizer encodes each delimiter alone (how it reads at the
-start of a line) and, where that differs, after a space. A generation is valid iff
+start of a line) and, where that differs, after a space or followed by a line break.
+Chat models often write a delimiter their own way (`**New Task:**`, `New task:`,
+`## New Task`): the spellings listed in `task_delimiter_variants` /
+`answer_delimiter_variants` count as the delimiter too (a match inside a longer one
+counts once), and `ParsedTasks.delimiter` says which spelling opened each task.
+The simulator may write up to `max_simulator_tokens` tokens, reasoning first if it
+likes; a generation is valid iff
 
   * its first EOS lies inside the mask (otherwise it was truncated),
+  * what it wrote from the task delimiter to EOS fits a written-task row,
   * the text before that EOS holds the task delimiter exactly once and the answer
     delimiter exactly once, after it; text before the task delimiter is ignored,
   * the task (between the delimiters) and the answer (between the answer delimiter
@@ -200,7 +207,18 @@ class TextDomain(TaskDomain):
     task_delimiter, answer_delimiter: the strings that open the task and the answer.
     max_task_tokens: widest task span the agent's prompt holds.
     max_answer_tokens: widest answer span (the reference adds EOS).
-    max_written_tokens: task_len, the simulator's token budget (EOS included).
+    max_response_tokens: the agent's budget (EOS not counted), room to reason
+      before the answer; `response_len` is one more. None: max_answer_tokens.
+    max_written_tokens: task_len, the width of a written-task row (EOS included).
+    max_simulator_tokens: the simulator's budget (EOS included), `simulator_len`;
+      text before the task delimiter is ignored, so it may reason first, but what
+      it writes from the task delimiter on must fit task_len. None:
+      max_written_tokens.
+    task_delimiter_variants, answer_delimiter_variants: other spellings accepted
+      for each delimiter (e.g. `**New Task:**`, `New task:`, `## New Task`);
+      `ParsedTasks.delimiter` says which one opened each task.
+    answer_from, final_answer_marker: where the verifier finds the answer in a
+      response (`text_verifiers.ANSWERS_FROM`) and the marker of `final_answer`.
     use_chat_template: render prompts through the tokenizer's chat template.
     simulator_system_prompt, simulator_instruction: the simulator's prompt; the instruction holds
       `{seed}` (and `{signal}` with summary signals); `{task_delimiter}` and
@@ -217,7 +235,11 @@ class TextDomain(TaskDomain):
 
   def __init__(self, tokenizer: Any, *, task_delimiter: str = "New Task:",
                answer_delimiter: str = "New Answer:", max_task_tokens: int = 256,
-               max_answer_tokens: int = 64, max_written_tokens: int = 384,
+               max_answer_tokens: int = 64, max_response_tokens: int | None = None,
+               max_written_tokens: int = 384, max_simulator_tokens: int | None = None,
+               task_delimiter_variants: Sequence[str] = (),
+               answer_delimiter_variants: Sequence[str] = (),
+               answer_from: str = "all", final_answer_marker: str = "Final answer:",
                use_chat_template: bool = True, simulator_system_prompt: str = "",
                simulator_instruction: str = DEFAULT_ENV_INSTRUCTION,
                agent_system_prompt: str = "", agent_instruction: str = TASK_SLOT,
@@ -227,20 +249,35 @@ class TextDomain(TaskDomain):
     if verifier not in text_verifiers.VERIFIERS:
       raise ValueError(f"config.task.verifier={verifier!r}; expected one of "
                        f"{text_verifiers.VERIFIERS}")
+    self._extract = text_verifiers.answer_extractor(answer_from, final_answer_marker,
+                                                    verifier)
+    if max_response_tokens is None:
+      max_response_tokens = max_answer_tokens
+    if max_simulator_tokens is None:
+      max_simulator_tokens = max_written_tokens
     for name, value in (("max_task_tokens", max_task_tokens),
                         ("max_answer_tokens", max_answer_tokens),
+                        ("max_response_tokens", max_response_tokens),
                         ("max_difficulty", max_difficulty)):
       if value < 1:
         raise ValueError(f"config.task.{name}={value} must be >= 1")
     if not task_delimiter.strip() or not answer_delimiter.strip():
       raise ValueError("config.task.task_delimiter and answer_delimiter must be "
                        f"non-blank, got {task_delimiter!r} and {answer_delimiter!r}")
+    for name, variants in (("task_delimiter_variants", task_delimiter_variants),
+                           ("answer_delimiter_variants", answer_delimiter_variants)):
+      if isinstance(variants, str) or not all(
+          isinstance(v, str) and v.strip() for v in variants):
+        raise ValueError(f"config.task.{name} must be a list of non-blank strings, "
+                         f"got {variants!r}")
     self.tokenizer = tokenizer
     self.task_delimiter = task_delimiter
     self.answer_delimiter = answer_delimiter
     self.max_task_tokens = int(max_task_tokens)
     self.max_answer_tokens = int(max_answer_tokens)
+    self.max_response_tokens = int(max_response_tokens)
     self.verifier = verifier
+    self.answer_from = answer_from
     self.max_difficulty = int(max_difficulty)
     self.summary_signals = bool(summary_signals)
 
@@ -258,8 +295,13 @@ class TextDomain(TaskDomain):
     self._host = text_verifiers.HOST_SCORERS.get(verifier)
     self._decode = functools.partial(tokenizer.decode, skip_special_tokens=False)
 
-    self.task_variants = self._delimiter_variants("task_delimiter", task_delimiter)
-    self.answer_variants = self._delimiter_variants("answer_delimiter", answer_delimiter)
+    self.task_variants, self.task_variant_group = self._spellings(
+        "task_delimiter", (task_delimiter, *task_delimiter_variants))
+    self.answer_variants, _ = self._spellings(
+        "answer_delimiter", (answer_delimiter, *answer_delimiter_variants))
+    self.marker_variants = (self._delimiter_variants("final_answer_marker",
+                                                     final_answer_marker)
+                            if answer_from == "final_answer" else ())
     for a in self.task_variants:
       for b in self.answer_variants:
         if _contains(a, b) or _contains(b, a):
@@ -268,12 +310,14 @@ class TextDomain(TaskDomain):
               f"{answer_delimiter!r} tokenize into overlapping sequences {a} and {b}")
 
     self.task_len = int(max_written_tokens)
+    self._simulator_len = int(max_simulator_tokens)
     shortest = (min(map(len, self.task_variants)) + min(map(len, self.answer_variants))
                 + 3)
-    if self.task_len < shortest:
-      raise ValueError(f"config.task.max_written_tokens={max_written_tokens} is below "
-                       f"{shortest}, the two delimiters plus a one-token task, a "
-                       "one-token answer and EOS")
+    for name, value in (("max_written_tokens", self.task_len),
+                        ("max_simulator_tokens", self._simulator_len)):
+      if value < shortest:
+        raise ValueError(f"config.task.{name}={value} is below {shortest}, the two "
+                         "delimiters plus a one-token task, a one-token answer and EOS")
     probe = self.written_task_ids("a", "b")
     if not any(tuple(probe[:len(v)]) == v for v in self.task_variants) or not any(
         _contains(probe, v) for v in self.answer_variants):
@@ -305,6 +349,16 @@ class TextDomain(TaskDomain):
     self.agent_prompt_len = self.agent_template.constant_len + self.max_task_tokens
     self.answer_len = self.max_answer_tokens + 1
 
+  @property
+  def response_len(self) -> int:
+    """The agent's max_new_tokens: max_response_tokens plus its EOS."""
+    return self.max_response_tokens + 1
+
+  @property
+  def simulator_len(self) -> int:
+    """The simulator's max_new_tokens (max_simulator_tokens)."""
+    return self._simulator_len
+
   @classmethod
   def from_config(cls, config: Any) -> TextDomain:
     """Builds the domain from `config.task`, loading the tokenizer from tokenizer_dir."""
@@ -332,17 +386,33 @@ class TextDomain(TaskDomain):
     return int(token_id)
 
   def _delimiter_variants(self, field: str, delimiter: str) -> tuple[tuple[int, ...], ...]:
+    """The token sequences of one spelling: alone, after a space, and (where the
+    tokenizer merges its end with a line break) followed by one."""
     variants = []
-    for text in (delimiter, " " + delimiter):
+    for text in (delimiter, " " + delimiter, delimiter + "\n", " " + delimiter + "\n"):
       ids = tuple(_encode(self.tokenizer, text))
       if ids and ids not in variants:
         variants.append(ids)
     if not variants:
       raise ValueError(f"config.task.{field}={delimiter!r} encodes to no tokens")
-    # A variant holding another (a space token before the same ids) would match the
-    # same delimiter twice; the shorter one finds it alone.
+    # A variant holding another (a space token before the same ids, a line-break
+    # token after them) would match the same delimiter twice; the shorter one finds
+    # it alone.
     return tuple(v for v in variants
                  if not any(u != v and _contains(v, u) for u in variants))
+
+  def _spellings(self, field: str, spellings: Sequence[str]
+                 ) -> tuple[tuple[tuple[int, ...], ...], np.ndarray]:
+    """The token sequences of all spellings of a delimiter, shortest first (so a
+    longer one starting at the same token wins), and int32[K] the spelling index
+    (0 the delimiter, i its i-th variant) of each."""
+    found: dict[tuple[int, ...], int] = {}
+    for index, spelling in enumerate(spellings):
+      for ids in self._delimiter_variants(field if not index else field + "_variants",
+                                          spelling):
+        found.setdefault(ids, index)
+    ordered = sorted(found, key=len)
+    return tuple(ordered), np.array([found[v] for v in ordered], np.int32)
 
   def _signal_table(self, signal_template: str) -> tuple[np.ndarray, np.ndarray]:
     """Token rows int32[RATE_BUCKETS + 1, W] and lengths of the signal texts."""
@@ -407,37 +477,40 @@ class TextDomain(TaskDomain):
     return _pack(self._segments(self.simulator_template, slots, num_rows), self.simulator_prompt_len,
                  self.pad_id)
 
-  def _delimiter_hits(self, tokens: jax.Array, region: jax.Array,
-                      variants: Sequence[tuple[int, ...]]) -> tuple[jax.Array, jax.Array]:
-    """(hits bool[M, L], length int32[M, L]): where a variant starts wholly inside
-    `region`, and that variant's token count."""
-    hits = jnp.zeros(tokens.shape, bool)
-    lengths = jnp.zeros(tokens.shape, jnp.int32)
-    for variant in variants:
-      here = region
-      for offset, token in enumerate(variant):
-        shifted = jnp.pad(tokens[:, offset:], ((0, 0), (0, offset)), constant_values=-1)
-        inside = jnp.pad(region[:, offset:], ((0, 0), (0, offset)), constant_values=False)
-        here = here & (shifted == token) & inside
-      hits = hits | here
-      lengths = jnp.where(here, len(variant), lengths)
-    return hits, lengths
+  @staticmethod
+  def _delimiter_hits(tokens: jax.Array, region: jax.Array,
+                      variants: Sequence[tuple[int, ...]]
+                      ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(hits bool[M, L], which int32[M, L], length int32[M, L]): where a spelling
+    starts wholly inside `region` and not inside an earlier match (`## New Task:`
+    holds ` New Task:`), the index of its token sequence, and its token count."""
+    hits, which, lengths = text_verifiers.sequence_hits(tokens, region, variants)
+    reach = jax.lax.cummax(jnp.where(hits, jnp.arange(tokens.shape[1])[None, :]
+                                     + lengths, 0), axis=1)
+    covered = jnp.pad(reach[:, :-1], ((0, 0), (1, 0))) > jnp.arange(tokens.shape[1])
+    hits = hits & ~covered
+    return hits, which, jnp.where(hits, lengths, 0)
 
   def parse(self, simulator_tokens: jax.Array, simulator_mask: jax.Array) -> ParsedTasks:
     """Reads delimited tasks (rules in the module docstring).
 
     Args:
-      simulator_tokens: int32[M, task_len].
-      simulator_mask: bool[M, task_len].
+      simulator_tokens: int32[M, L], L = simulator_len (generations) or task_len
+        (pool rows).
+      simulator_mask: bool[M, L].
 
     Returns:
       ParsedTasks: prompt int32[M, agent_prompt_len] (the agent template with an
       empty task for invalid rows), reference int32[M, answer_len] (answer span, EOS,
       pad; all pad and unmasked for invalid rows), task int32[M, task_len] (the text
-      from the task delimiter, unspaced, to EOS, then pad; all pad for invalid rows).
+      from the task delimiter as written, unspaced, to EOS, then pad; all pad for
+      invalid rows), delimiter int32[M] (which spelling of the task delimiter).
     """
-    tokens, mask = generation_rows(simulator_tokens, simulator_mask, self.task_len)
-    num_rows, width = tokens.shape
+    width = jnp.shape(simulator_tokens)[-1]
+    tokens, mask = generation_rows(
+        simulator_tokens, simulator_mask,
+        width if width in (self.simulator_len, self.task_len) else self.simulator_len)
+    num_rows = tokens.shape[0]
     columns = jnp.arange(width)[None, :]
     blank = text_verifiers.lookup(self.tables.blank, tokens, False)
 
@@ -449,9 +522,10 @@ class TextDomain(TaskDomain):
     plain = jnp.all(text_verifiers.lookup(self.tables.plain, tokens, False) | ~before_eos,
                     axis=1)
 
-    task_hits, task_widths = self._delimiter_hits(tokens, before_eos, self.task_variants)
-    answer_hits, answer_widths = self._delimiter_hits(tokens, before_eos,
-                                                      self.answer_variants)
+    task_hits, task_which, task_widths = self._delimiter_hits(
+        tokens, before_eos, self.task_variants)
+    answer_hits, _, answer_widths = self._delimiter_hits(tokens, before_eos,
+                                                         self.answer_variants)
     task_at = jnp.argmax(task_hits, axis=1)
     answer_at = jnp.argmax(answer_hits, axis=1)
     task_delim_len = jnp.take_along_axis(task_widths, task_at[:, None], axis=1)[:, 0]
@@ -459,8 +533,9 @@ class TextDomain(TaskDomain):
     task_first, task_len = _trimmed_span(tokens, blank, task_at + task_delim_len, answer_at)
     answer_first, answer_len = _trimmed_span(tokens, blank, answer_at + answer_delim_len,
                                              eos_pos)
+    written_len = eos_pos - task_at
     valid = (
-        has_eos & written & plain
+        has_eos & written & plain & (written_len < self.task_len)
         & (task_hits.sum(axis=1) == 1) & (answer_hits.sum(axis=1) == 1)
         & (answer_at >= task_at + task_delim_len)
         & (task_len >= 1) & (task_len <= self.max_task_tokens)
@@ -486,16 +561,20 @@ class TextDomain(TaskDomain):
         self._segments(self.agent_template, [(task, task_len)], num_rows),
         self.agent_prompt_len, self.pad_id)
 
-    written_len = eos_pos - task_at
-    row, _ = _window(tokens, task_at, written_len, width, self.pad_id)
+    row, _ = _window(tokens, task_at, written_len, self.task_len, self.pad_id)
     row = self._unspace_first(row, written_len)
-    row = jnp.where(columns == written_len[:, None], self.eos_id, row)
+    row = jnp.where(jnp.arange(self.task_len)[None, :] == written_len[:, None],
+                    self.eos_id, row)
     row = jnp.where(valid[:, None], row, self.pad_id)
+    which = jnp.take_along_axis(task_which, task_at[:, None], axis=1)[:, 0]
+    delimiter = jnp.where(valid, jnp.asarray(self.task_variant_group)[
+        jnp.clip(which, 0, len(self.task_variants) - 1)], -1)
     difficulty = jnp.where(
         valid, 1 + (task_len - 1) * self.max_difficulty // self.max_task_tokens, 0)
     return ParsedTasks(prompt=prompt, prompt_mask=prompt_mask, reference=reference,
                        reference_mask=reference_mask, valid=valid,
-                       difficulty=difficulty.astype(jnp.int32), task=row)
+                       difficulty=difficulty.astype(jnp.int32), task=row,
+                       delimiter=delimiter.astype(jnp.int32))
 
   def _unspace_first(self, span: jax.Array, length: jax.Array) -> jax.Array:
     first = text_verifiers.lookup(self.tables.unspaced, span[:, 0], span[:, 0])
@@ -505,26 +584,31 @@ class TextDomain(TaskDomain):
              reference_mask: jax.Array) -> jax.Array:
     """Scores responses with `config.task.verifier` (see `text_verifiers`).
 
+    The answer is read from where `config.task.answer_from` says.
+
     Args:
-      response: int32[M, answer_len]; response_mask: bool[M, answer_len].
+      response: int32[M, response_len]; response_mask: bool[M, response_len].
       reference: int32[M, answer_len]; reference_mask: bool[M, answer_len].
 
     Returns:
       float32[M] in [0, 1].
     """
-    arrays = (("response", response), ("response_mask", response_mask),
-              ("reference", reference), ("reference_mask", reference_mask))
-    for name, array in arrays:
-      check_rows(name, jnp.asarray(array), self.answer_len)
+    arrays = (("response", response, self.response_len),
+              ("response_mask", response_mask, self.response_len),
+              ("reference", reference, self.answer_len),
+              ("reference_mask", reference_mask, self.answer_len))
+    for name, array, width in arrays:
+      check_rows(name, jnp.asarray(array), width)
     if self.verifier == "exact":
       return text_verifiers.exact_match(response, response_mask, reference,
-                                        reference_mask, self.eos_id, self.tables)
+                                        reference_mask, self.eos_id, self.tables,
+                                        self.marker_variants)
     if self.verifier == "f1":
       return text_verifiers.token_f1(response, response_mask, reference, reference_mask,
-                                     self.eos_id, self.tables)
+                                     self.eos_id, self.tables, self.marker_variants)
     return text_verifiers.host_scores(self._host, self._decode, self.eos_id,
                                       self.vocab_size, response, response_mask,
-                                      reference, reference_mask)
+                                      reference, reference_mask, self._extract)
 
   # ------------------------------------------------------------------ host side
 

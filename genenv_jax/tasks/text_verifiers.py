@@ -32,14 +32,33 @@ limits (MAX_OUTPUT_CHARS, MAX_CALLS, MAX_INT_DIGITS, MAX_ARITHMETIC_SIZE).
   boxed     the content of the response's last `\\boxed{...}` equals the reference's
             last boxed content (or the whole reference when it has none), both
             without whitespace and surrounding `$`.
-  bfcl      BFCL's AST rules (`scoring.bfcl.check_calls`): the reference is JSON
-            `{"function": [schemas], "ground_truth": [{name: {param: [acceptable]}}]}`;
-            the response is decoded by `scoring.bfcl.decode_calls` (Python calls,
+  bfcl      BFCL's AST rules (`scoring.bfcl.check_calls`): the reference is the
+            compact JSON below (`bfcl_reference`); the response is decoded by `scoring.bfcl.decode_calls` (Python calls,
             JSON or `<tool_call>` blocks); category "parallel" when the ground truth
             has several calls, else "simple".
 
 A host verifier also says whether a reference is checkable at all (`reference_ok`):
 the text domain marks generated tasks whose reference fails it invalid.
+
+Where the answer lies in a long response (`answer_from`, so the agent may reason
+before it answers); a response without such an answer scores 0:
+
+  all             the whole response.
+  final_answer    the rest of the line after the response's last answer marker
+                  (e.g. `Final answer:`); in-graph the marker is matched as token
+                  sequences (alone and after a space), the line ends at the first
+                  token holding a newline.
+  last_boxed      the last `\\boxed{...}` (host verifiers only).
+  last_tool_call  the last run of `<tool_call>` blocks (only whitespace between
+                  them), else the last bracketed call list that decodes, e.g.
+                  `[f(a=1)]` or a JSON list (host verifiers only).
+
+The BFCL reference (`bfcl_reference`) holds only what the AST check reads: the
+ground truth and, for each parameter it names, the schema's type (`array[string]`
+for an array of strings) and whether the schema requires it:
+
+  {"ground_truth": [{"f": {"a": [1], "b": ["x", ""]}}],
+   "types": {"f": {"a": "integer", "b": "string"}}, "required": {"f": ["a"]}}
 """
 
 from __future__ import annotations
@@ -59,10 +78,14 @@ from genenv_jax.scoring import bfcl
 IN_GRAPH_VERIFIERS = ("exact", "f1")
 HOST_VERIFIERS = ("tool_call", "boxed", "bfcl")
 VERIFIERS = IN_GRAPH_VERIFIERS + HOST_VERIFIERS
+IN_GRAPH_ANSWERS = ("all", "final_answer")
+ANSWERS_FROM = IN_GRAPH_ANSWERS + ("last_boxed", "last_tool_call")
 
 _REPLACEMENT_CHAR = "\ufffd"  # what a token holding part of a UTF-8 character decodes to
 _BOXED = "\\boxed{"
 _WHITESPACE = re.compile(r"\s+")
+_TOOL_CALL_RUN = re.compile(r"(?:<tool_call>.*?</tool_call>\s*)+", re.DOTALL)
+_MAX_LIST_STARTS = 64  # bracket positions tried when looking for the last call list
 
 
 # ------------------------------------------------------------------ token tables
@@ -81,12 +104,14 @@ class TokenTables(NamedTuple):
     canonical: int32[V] the smallest id whose text, stripped and lower-cased, is the
       same as this token's; tokens holding partial UTF-8 characters map to
       themselves.
+    newline: bool[V] a token whose text holds a line break.
   """
 
   plain: np.ndarray
   blank: np.ndarray
   unspaced: np.ndarray
   canonical: np.ndarray
+  newline: np.ndarray
 
 
 def special_token_ids(tokenizer: Any) -> set[int]:
@@ -126,7 +151,9 @@ def token_tables(tokenizer: Any) -> TokenTables:
     stripped = text.lstrip(" ")
     if plain[i] and stripped and stripped != text:
       unspaced[i] = by_text.get(stripped, i)
-  return TokenTables(plain=plain, blank=blank, unspaced=unspaced, canonical=canonical)
+  newline = np.array(["\n" in text for text in texts], bool)
+  return TokenTables(plain=plain, blank=blank, unspaced=unspaced, canonical=canonical,
+                     newline=newline)
 
 
 def lookup(table: np.ndarray, tokens: jax.Array, default: Any) -> jax.Array:
@@ -134,6 +161,58 @@ def lookup(table: np.ndarray, tokens: jax.Array, default: Any) -> jax.Array:
   inside = (tokens >= 0) & (tokens < table.shape[0])
   values = jnp.asarray(table)[jnp.clip(tokens, 0, table.shape[0] - 1)]
   return jnp.where(inside, values, default)
+
+
+def sequence_hits(tokens: jax.Array, region: jax.Array,
+                  variants: Sequence[Sequence[int]]) -> tuple[jax.Array, jax.Array]:
+  """Where one of several token sequences starts wholly inside a region.
+
+  Args:
+    tokens: int32[M, L].
+    region: bool[M, L] positions a match may cover.
+    variants: the token sequences (non-empty tuples of ids).
+
+  Returns:
+    (hits bool[M, L], which int32[M, L], length int32[M, L]): where a variant
+    starts, the index of the (last listed) variant that starts there, -1 elsewhere,
+    and its token count, 0 elsewhere.
+  """
+  hits = jnp.zeros(tokens.shape, bool)
+  which = jnp.full(tokens.shape, -1, jnp.int32)
+  lengths = jnp.zeros(tokens.shape, jnp.int32)
+  for index, variant in enumerate(variants):
+    here = region
+    for offset, token in enumerate(variant):
+      shifted = jnp.pad(tokens[:, offset:], ((0, 0), (0, offset)), constant_values=-1)
+      inside = jnp.pad(region[:, offset:], ((0, 0), (0, offset)), constant_values=False)
+      here = here & (shifted == token) & inside
+    hits = hits | here
+    which = jnp.where(here, index, which)
+    lengths = jnp.where(here, len(variant), lengths)
+  return hits, which, lengths
+
+
+def final_answer_region(tokens: jax.Array, region: jax.Array,
+                        markers: Sequence[Sequence[int]], tables: TokenTables
+                        ) -> jax.Array:
+  """bool[M, L]: the positions of `region` after its last marker, up to (not
+  including) the first token holding a newline after it; none without a marker.
+
+  Args:
+    tokens: int32[M, L]; region: bool[M, L] (e.g. a response before its EOS).
+    markers: the marker's token sequences.
+    tables: the tokenizer's TokenTables.
+  """
+  hits, _, lengths = sequence_hits(tokens, region, markers)
+  width = tokens.shape[1]
+  columns = jnp.arange(width)[None, :]
+  found = hits.any(axis=1)
+  last = width - 1 - jnp.argmax(hits[:, ::-1], axis=1)
+  start = last + jnp.take_along_axis(lengths, last[:, None], axis=1)[:, 0]
+  breaks = lookup(tables.newline, tokens, False) & (columns >= start[:, None])
+  stop = jnp.where(breaks.any(axis=1), jnp.argmax(breaks, axis=1), width)
+  return (region & found[:, None] & (columns >= start[:, None])
+          & (columns < stop[:, None]))
 
 
 # ------------------------------------------------------------ in-graph verifiers
@@ -171,10 +250,12 @@ def normalized_span(tokens: jax.Array, keep: jax.Array,
   return jnp.where(inside, packed, -1), lengths
 
 
-def _spans(response, response_mask, reference, reference_mask, eos_id, tables):
+def _spans(response, response_mask, reference, reference_mask, eos_id, tables, markers):
   response = jnp.asarray(response, jnp.int32)
   reference = jnp.asarray(reference, jnp.int32)
   finished, answer = _answer_region(response, jnp.asarray(response_mask, bool), eos_id)
+  if markers:
+    answer = final_answer_region(response, answer, markers, tables)
   reference_keep = jnp.asarray(reference_mask, bool) & (reference != eos_id)
   got, got_len = normalized_span(response, answer, tables)
   want, want_len = normalized_span(reference, reference_keep, tables)
@@ -182,7 +263,8 @@ def _spans(response, response_mask, reference, reference_mask, eos_id, tables):
 
 
 def exact_match(response: jax.Array, response_mask: jax.Array, reference: jax.Array,
-                reference_mask: jax.Array, eos_id: int, tables: TokenTables) -> jax.Array:
+                reference_mask: jax.Array, eos_id: int, tables: TokenTables,
+                markers: Sequence[Sequence[int]] = ()) -> jax.Array:
   """1.0 where the normalised response span equals the normalised reference span.
 
   Args:
@@ -190,12 +272,14 @@ def exact_match(response: jax.Array, response_mask: jax.Array, reference: jax.Ar
     reference: int32[M, R'] (its EOS is ignored); reference_mask: bool[M, R'].
     eos_id: the token that ends a response.
     tables: the tokenizer's TokenTables.
+    markers: empty to score the whole response, else the token sequences of a final
+      answer marker: only the rest of the line after the last one is scored.
 
   Returns:
     float32[M] in {0, 1}.
   """
   scorable, got, got_len, want, want_len = _spans(
-      response, response_mask, reference, reference_mask, eos_id, tables)
+      response, response_mask, reference, reference_mask, eos_id, tables, markers)
   width = max(got.shape[1], want.shape[1])
   got = jnp.pad(got, ((0, 0), (0, width - got.shape[1])), constant_values=-1)
   want = jnp.pad(want, ((0, 0), (0, width - want.shape[1])), constant_values=-1)
@@ -204,7 +288,8 @@ def exact_match(response: jax.Array, response_mask: jax.Array, reference: jax.Ar
 
 
 def token_f1(response: jax.Array, response_mask: jax.Array, reference: jax.Array,
-             reference_mask: jax.Array, eos_id: int, tables: TokenTables) -> jax.Array:
+             reference_mask: jax.Array, eos_id: int, tables: TokenTables,
+             markers: Sequence[Sequence[int]] = ()) -> jax.Array:
   """Token-F1 of the normalised response and reference spans (bags of token ids).
 
   Common tokens are counted with multiplicity: the i-th occurrence of a token in the
@@ -216,7 +301,7 @@ def token_f1(response: jax.Array, response_mask: jax.Array, reference: jax.Array
     float32[M] in [0, 1]; 0 when either span is empty.
   """
   scorable, got, got_len, want, want_len = _spans(
-      response, response_mask, reference, reference_mask, eos_id, tables)
+      response, response_mask, reference, reference_mask, eos_id, tables, markers)
   real = got >= 0
   equal_in_response = (got[:, :, None] == got[:, None, :]) & real[:, None, :]
   earlier = jnp.tril(jnp.ones((got.shape[1], got.shape[1]), bool), k=-1)
@@ -303,18 +388,70 @@ def boxed_reference_ok(reference: str) -> bool:
   return bool(_boxed_reference(reference))
 
 
+def _type_name(spec: dict[str, Any]) -> str:
+  declared = spec["type"]
+  if declared in ("array", "tuple"):
+    return f"{declared}[{spec['items']['type']}]"
+  return declared
+
+
+def bfcl_reference(functions: Sequence[dict[str, Any]],
+                   ground_truth: Sequence[dict[str, Any]]) -> dict[str, Any]:
+  """The compact reference of a BFCL entry (format in the module doc).
+
+  Args:
+    functions: BFCL's function schemas `[{"name", "parameters": {"properties",
+      "required"}}, ...]`.
+    ground_truth: BFCL's `[{function_name: {param: [acceptable values]}}, ...]`.
+
+  Raises:
+    KeyError or TypeError: a ground-truth call names a function the schemas do not
+    define, or a schema lacks a type.
+  """
+  schemas = {schema["name"]: schema["parameters"] for schema in functions}
+  types: dict[str, dict[str, str]] = {}
+  required: dict[str, list[str]] = {}
+  for call in ground_truth:
+    (name, params), = call.items()
+    properties = schemas[name]["properties"]
+    # A ground-truth parameter the schema lacks (BFCL has some) stays untyped: a
+    # call that gives it fails, as under BFCL's checker.
+    types.setdefault(name, {}).update(
+        {param: _type_name(properties[param]) for param in params if param in properties})
+    if schemas[name].get("required"):
+      required[name] = list(schemas[name]["required"])
+  return {"ground_truth": list(ground_truth), "types": types, "required": required}
+
+
+def _schema_of(type_name: str) -> dict[str, Any]:
+  """The parameter schema a type name of the compact reference stands for."""
+  declared, _, item = type_name.partition("[")
+  spec: dict[str, Any] = {"type": declared}
+  if item:
+    spec["items"] = {"type": item.rstrip("]")}
+  known = set(bfcl.PYTHON_TYPES)
+  if declared not in known or (item and spec["items"]["type"] not in known):
+    raise ValueError(f"unknown BFCL type {type_name!r}")
+  return spec
+
+
 def bfcl_entry(reference: str) -> tuple[bfcl.BfclEntry, str]:
-  """The BFCL entry and category a reference text describes.
+  """The BFCL entry and category a compact reference text describes.
 
   Raises:
     ValueError (json.JSONDecodeError included), KeyError or TypeError: the reference
-    is not `{"function": [...], "ground_truth": [...]}`.
+    is not `{"ground_truth": [...], "types": {...}, "required": {...}}`.
   """
   record = json.loads(reference)
-  functions = {schema["name"]: schema for schema in record["function"]}
   ground_truth = record["ground_truth"]
   if not isinstance(ground_truth, list) or not ground_truth:
     raise ValueError("ground_truth must be a non-empty list of calls")
+  required = record.get("required", {})
+  functions = {
+      name: {"name": name, "parameters": {
+          "properties": {param: _schema_of(t) for param, t in params.items()},
+          "required": list(required.get(name, []))}}
+      for name, params in record["types"].items()}
   category = "parallel" if len(ground_truth) > 1 else "simple"
   return bfcl.BfclEntry("generated", functions, ground_truth), category
 
@@ -329,20 +466,93 @@ def bfcl_score(response: str, reference: str) -> float:
     return 0.0
 
 
+def _first_answer(acceptable: Any) -> Any:
+  """An answer value from an acceptable value: a dict's (or each dict of a list's)
+  keys take their first acceptable value (keys whose first is "" left out)."""
+  if isinstance(acceptable, dict):
+    return {key: _first_answer(values[0]) for key, values in acceptable.items()
+            if isinstance(values, list) and values and values[0] != bfcl.OPTIONAL}
+  if isinstance(acceptable, list) and acceptable and all(
+      isinstance(item, dict) for item in acceptable):
+    return [_first_answer(item) for item in acceptable]
+  return acceptable
+
+
 def bfcl_reference_ok(reference: str) -> bool:
   """The reference is well formed and solvable: the calls made of each parameter's
-  first acceptable value (leaving out parameters whose first value is "") pass."""
+  first acceptable value (leaving out parameters whose first value is ""; in a dict
+  value, each key's first acceptable value) pass."""
   try:
     entry, category = bfcl_entry(reference)
     calls = []
     for answer in entry.ground_truth:
       (name, params), = answer.items()
-      args = {param: values[0] for param, values in params.items()
+      args = {param: _first_answer(values[0]) for param, values in params.items()
               if values[0] != bfcl.OPTIONAL}
       calls.append(bfcl.Call(name, args))
     return bfcl.check_calls(entry, calls, category) is None
   except Exception:  # pylint: disable=broad-except
     return False
+
+
+def final_answer_text(text: str, marker: str) -> str | None:
+  """The rest of the line after the text's last `marker`, stripped; None without one."""
+  at = text.rfind(marker)
+  if at < 0:
+    return None
+  return text[at + len(marker):].split("\n", 1)[0].strip()
+
+
+def last_boxed_text(text: str) -> str | None:
+  """The text's last closed `\\boxed{...}`, wrapper included; None without one."""
+  content = last_boxed(text)
+  return None if content is None else _BOXED + content + "}"
+
+
+def last_tool_call_text(text: str) -> str | None:
+  """The text's last run of `<tool_call>` blocks, else its last bracketed call list
+  that `scoring.bfcl.decode_calls` reads; None without either."""
+  runs = list(_TOOL_CALL_RUN.finditer(text))
+  if runs:
+    return runs[-1].group(0).strip()
+  end = text.rfind("]")
+  start = text.rfind("[", 0, end)
+  for _ in range(_MAX_LIST_STARTS):
+    if start < 0:
+      break
+    candidate = text[start:end + 1]
+    try:
+      bfcl.decode_calls(candidate)
+      return candidate
+    except Exception:  # pylint: disable=broad-except
+      # Not a call list (a list inside an argument, prose); try an earlier bracket.
+      start = text.rfind("[", 0, start)
+  return None
+
+
+def answer_extractor(answer_from: str, marker: str, verifier: str
+                     ) -> Callable[[str], str | None] | None:
+  """How a host verifier reads the answer out of a response's text (see the
+  module doc); None for `all` (the whole text).
+
+  Raises:
+    ValueError: an unknown `answer_from`, one the verifier cannot use (in-graph
+      verifiers read `all` and `final_answer` only), or a blank marker.
+  """
+  if answer_from not in ANSWERS_FROM:
+    raise ValueError(f"config.task.answer_from={answer_from!r}; expected one of "
+                     f"{ANSWERS_FROM}")
+  if verifier in IN_GRAPH_VERIFIERS and answer_from not in IN_GRAPH_ANSWERS:
+    raise ValueError(f"config.task.answer_from={answer_from!r} needs a host verifier "
+                     f"{HOST_VERIFIERS}; config.task.verifier={verifier!r} reads "
+                     f"{IN_GRAPH_ANSWERS}")
+  if answer_from == "final_answer" and not marker.strip():
+    raise ValueError("config.task.answer_from='final_answer' needs a non-blank "
+                     f"config.task.final_answer_marker, got {marker!r}")
+  return {"all": None,
+          "final_answer": lambda text: final_answer_text(text, marker),
+          "last_boxed": last_boxed_text,
+          "last_tool_call": last_tool_call_text}[answer_from]
 
 
 class HostVerifier(NamedTuple):
@@ -374,8 +584,8 @@ def content_ids(row: np.ndarray, mask: np.ndarray, eos_id: int,
 
 
 def _score_rows(verifier: HostVerifier, decode: Callable[[Sequence[int]], str],
-                eos_id: int, vocab_size: int, response, response_mask, reference,
-                reference_mask) -> np.ndarray:
+                eos_id: int, vocab_size: int, extract, response, response_mask,
+                reference, reference_mask) -> np.ndarray:
   scores = np.zeros(response.shape[0], np.float32)
   for i in range(response.shape[0]):
     got = content_ids(response[i], response_mask[i], eos_id, vocab_size)
@@ -383,7 +593,10 @@ def _score_rows(verifier: HostVerifier, decode: Callable[[Sequence[int]], str],
     if got is None or not want:
       continue
     try:
-      scores[i] = min(max(float(verifier.score(decode(got), decode(want))), 0.0), 1.0)
+      answer = decode(got) if extract is None else extract(decode(got))
+      if answer is None:
+        continue
+      scores[i] = min(max(float(verifier.score(answer, decode(want))), 0.0), 1.0)
     except Exception:  # pylint: disable=broad-except
       # A scorer failure on garbage is a 0.
       scores[i] = 0.0
@@ -407,7 +620,8 @@ def _check_rows(verifier: HostVerifier, decode: Callable[[Sequence[int]], str],
 def host_scores(verifier: HostVerifier, decode: Callable[[Sequence[int]], str],
                 eos_id: int, vocab_size: int, response: jax.Array,
                 response_mask: jax.Array, reference: jax.Array,
-                reference_mask: jax.Array) -> jax.Array:
+                reference_mask: jax.Array,
+                extract: Callable[[str], str | None] | None = None) -> jax.Array:
   """Scores responses with a host verifier, callable inside jit.
 
   Args:
@@ -416,12 +630,14 @@ def host_scores(verifier: HostVerifier, decode: Callable[[Sequence[int]], str],
     eos_id, vocab_size: the end token; ids at or above vocab_size are dropped.
     response: int32[M, R]; response_mask: bool[M, R].
     reference: int32[M, R']; reference_mask: bool[M, R'].
+    extract: response text -> the answer text scored (None: a 0), from
+      `answer_extractor`; None scores the whole response.
 
   Returns:
     float32[M] in [0, 1].
   """
   def score(*arrays):
-    return _score_rows(verifier, decode, eos_id, vocab_size,
+    return _score_rows(verifier, decode, eos_id, vocab_size, extract,
                        *(np.asarray(a) for a in arrays))
 
   def on_rows(*arrays):

@@ -126,7 +126,7 @@ def run(config, workdir: str, step: int, attempts: int,
   greedy_eval = heldout.HeldoutEval(domain, players.agent_model, test["task"],
                                     test["difficulty"], mesh, rules, threshold)
   sampling = SamplingConfig(
-      max_new_tokens=domain.answer_len, eos_ids=(domain.eos_id,),
+      max_new_tokens=domain.response_len, eos_ids=(domain.eos_id,),
       pad_id=domain.pad_id, temperature=config.coevolve.agent_temperature)
 
   @jax.jit

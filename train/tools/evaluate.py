@@ -2,11 +2,16 @@
 
   python -m train.tools.evaluate bfcl --category simple_python --data_dir DIR \
       --predictions FILE
+  python -m train.tools.evaluate bfcl --generate (--run WORKDIR [--step N] | --hf_dir DIR) \
+      --category simple_python --data_dir DIR --predictions FILE [--limit K]
   python -m train.tools.evaluate apibank --data GOLD.jsonl --predictions FILE
   python -m train.tools.evaluate qa --data GOLD.jsonl --predictions FILE
 
 Predictions FILE is JSON lines, one `{"id": ..., "result": "<model output text>"}` per
-example (BFCL's result-file fields). Every example of the data must have exactly one
+example (BFCL's result-file fields). With `--generate` the bfcl command writes FILE
+first: the agent of a training run or an HF directory answers each question with
+the project's sampler, prompted as BFCL prompts a model (train/tools/bfcl_generate.py);
+`--limit K` answers (and scores) the first K questions only. Every example of the data must have exactly one
 prediction unless `--allow_missing` is given, in which case only predicted examples are
 scored.
 
@@ -89,10 +94,27 @@ def _report(args, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
   print(f"accuracy={correct / len(rows):.6f}")
 
 
+def _generate_bfcl(args) -> None:
+  from genenv_jax import sharding  # pylint: disable=import-outside-toplevel
+  from train.tools import bfcl_generate  # pylint: disable=import-outside-toplevel
+
+  mesh = sharding.make_mesh(dict(data=-1, fsdp=1, tensor=1))
+  agent = bfcl_generate.load_agent(args.run_dir, args.hf_dir, args.step, args.dtype, mesh)
+  count = bfcl_generate.write_predictions(
+      args.data_dir, args.category, agent, args.predictions, mesh, args.max_new_tokens,
+      args.batch_size, args.limit, args.temperature)
+  print(f"generated={count}")
+
+
 def _run_bfcl(args) -> None:
+  if args.generate:
+    _generate_bfcl(args)
+  elif args.run_dir or args.hf_dir:
+    raise InputError("--run and --hf_dir need --generate")
   entries = bfcl.load_category(args.data_dir, args.category)
   texts = read_predictions(args.predictions, [e.id for e in entries],
-                           f"BFCL category {args.category!r}", args.allow_missing)
+                           f"BFCL category {args.category!r}",
+                           args.allow_missing or bool(args.generate and args.limit))
   rows = []
   for entry in entries:
     if entry.id in texts:
@@ -150,6 +172,19 @@ def _parser() -> argparse.ArgumentParser:
                         "possible_answer/")
   sub.add_argument("--dots_as_underscores", action="store_true",
                    help="expect dotted function names written with '_'")
+  sub.add_argument("--generate", action="store_true",
+                   help="write --predictions first by decoding an agent's answers")
+  sub.add_argument("--run", dest="run_dir", default="",
+                   help="training run workdir (its agent)")
+  sub.add_argument("--step", type=int, default=None,
+                   help="the run's checkpoint step (default: the latest)")
+  sub.add_argument("--hf_dir", default="", help="HF model directory")
+  sub.add_argument("--max_new_tokens", type=int, default=256)
+  sub.add_argument("--batch_size", type=int, default=8)
+  sub.add_argument("--limit", type=int, default=0,
+                   help="answer only the first K questions (0: all)")
+  sub.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+  sub.add_argument("--dtype", default="float32", help="compute dtype of the agent")
   sub = command("apibank", _run_apibank, "API-Bank call match")
   sub.add_argument("--data", required=True, help="JSONL of gold API calls")
   sub = command("qa", _run_qa, "question answering exact match / F1")

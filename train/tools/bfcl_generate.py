@@ -1,0 +1,179 @@
+"""BFCL answers decoded by an agent with the project's sampler, for
+`python -m train.tools.evaluate bfcl --generate`.
+
+The agent is a training run's (`--run DIR`: the agent's parameters of the run's
+latest checkpoint, or `--step N`, its architecture and tokenizer from the run's
+config.json) or an HF directory's (`--hf_dir DIR`). Each question is asked as
+BFCL asks a prompt-mode model: BFCL's default system prompt (Python call
+syntax, no tool-call tag, the functions as JSON), built from the templates of
+the installed `bfcl_eval` package, then the question's first-turn messages, through
+the tokenizer's chat template. Answers are decoded greedily (or at
+`--temperature`) in fixed-size batches at one prompt width, so the sampler
+compiles once; a prediction is the completion's text without its stop token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from genenv_jax import sharding
+from genenv_jax.sampling import SamplingConfig, sample
+from genenv_jax.scoring import InputError, bfcl, read_jsonl
+from genenv_jax.tasks import get_domain
+from models import hf
+from models.config import ModelConfig
+from train import loop
+from train.tools import run_checkpoints
+
+# BFCL's default prompt-mode variation: Python calls, no tag, JSON function docs.
+RETURN_FORMAT, DOC_FORMAT, PROMPT_FORMAT, STYLE = "python", "json", "plaintext", "classic"
+
+
+@dataclasses.dataclass(frozen=True)
+class Agent:
+  """A model to decode with: architecture, parameters (on the mesh) and tokenizer."""
+
+  model: ModelConfig
+  params: Any
+  tokenizer: Any
+
+
+def bfcl_system_prompt(functions: Sequence[dict[str, Any]]) -> str:
+  """BFCL's default prompt-mode system prompt for these function schemas."""
+  try:
+    from bfcl_eval.constants import default_prompts as bp  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    raise InputError("--generate builds BFCL's prompt from the bfcl_eval package, "
+                     "which is not installed (pip install bfcl-eval)") from e
+  style = bp.PROMPT_STYLE_TEMPLATES[STYLE]
+  return bp.PROMPT_TEMPLATE_MAPPING[PROMPT_FORMAT].format(
+      persona=style["persona"], task=style["task"],
+      tool_call_format=style["tool_call_no_tag"].format(
+          output_format=bp.OUTPUT_FORMAT_MAPPING[RETURN_FORMAT],
+          param_types=bp.PARAM_TYPE_MAPPING[RETURN_FORMAT]),
+      multiturn_behavior=style["multiturn_behavior"],
+      available_tools=style["available_tools"].format(
+          format=DOC_FORMAT, functions=json.dumps(list(functions), indent=4)))
+
+
+def question_messages(record: dict[str, Any]) -> list[dict[str, str]]:
+  """The chat messages of a BFCL question line: the system prompt, then the
+  first turn's messages (a system message of the question is appended to ours)."""
+  question = record.get("question")
+  if isinstance(question, str):
+    turn = [{"role": "user", "content": question}]
+  elif question and isinstance(question[0], list):
+    turn = [dict(m) for m in question[0]]
+  else:
+    raise InputError(f"BFCL id {record.get('id')!r}: 'question' is neither a string "
+                     "nor a list of turns")
+  system = bfcl_system_prompt(record.get("function", []))
+  if turn and turn[0].get("role") == "system":
+    turn[0]["content"] = system + "\n\n" + turn[0]["content"]
+    return turn
+  return [{"role": "system", "content": system}] + turn
+
+
+def load_agent(run: str, hf_dir: str, step: int | None, dtype: str, mesh) -> Agent:
+  """The agent of a run (`run`, checkpoint `step`, None: the latest) or of an HF
+  directory, in `dtype` for computing, on `mesh` (replicated)."""
+  if bool(run) == bool(hf_dir):
+    raise InputError("give exactly one of --run and --hf_dir with --generate")
+  if hf_dir:
+    model = hf.config_from_hf(hf.read_hf_config(hf_dir)).replace(dtype=dtype)
+    weights, model = hf.load_hf_params(hf_dir, model)
+    params = jax.device_put(weights, sharding.replicated(mesh))
+    return Agent(model, params, hf.load_tokenizer(hf_dir))
+  config_path = os.path.join(run, "config.json")
+  if not os.path.isfile(config_path):
+    raise InputError(f"{config_path} does not exist: --run needs a training run's workdir")
+  with open(config_path, encoding="utf-8") as f:
+    config = ml_collections.ConfigDict(json.load(f))
+  if config.task.name != "text":
+    raise InputError(f"{config_path}: task {config.task.name!r} is not a text task; "
+                     "BFCL needs a text agent")
+  domain = get_domain(config.task)
+  model = loop.build_players(config, domain).agent_model.replace(dtype=dtype)
+  params = run_checkpoints.agent_params(run, mesh, step)
+  return Agent(model, params, domain.tokenizer)
+
+
+def _prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
+  text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+  return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _stop_ids(tokenizer) -> tuple[int, ...]:
+  ids = {tokenizer.eos_token_id}
+  for token in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    if isinstance(token_id, int) and tokenizer.convert_ids_to_tokens(token_id) == token:
+      ids.add(token_id)
+  return tuple(sorted(i for i in ids if i is not None))
+
+
+def generate(agent: Agent, prompts: Sequence[list[dict[str, str]]], mesh,
+             max_new_tokens: int, batch_size: int, temperature: float = 0.0,
+             seed: int = 0) -> list[str]:
+  """The agent's completion text for each chat prompt (stop token excluded).
+
+  Prompts are left-padded to the longest one's width and decoded `batch_size`
+  at a time (the last batch filled up with copies of the first prompt).
+  """
+  if batch_size < 1 or max_new_tokens < 1:
+    raise InputError(f"--batch_size={batch_size} and --max_new_tokens={max_new_tokens} "
+                     "must be >= 1")
+  tokenizer = agent.tokenizer
+  ids = [_prompt_ids(tokenizer, messages) for messages in prompts]
+  width = max(map(len, ids))
+  pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+  tokens = np.full((len(ids), width), pad_id, np.int32)
+  for row, prompt in zip(tokens, ids):
+    row[width - len(prompt):] = prompt
+  mask = np.arange(width)[None, :] >= (width - np.array([len(p) for p in ids]))[:, None]
+  stops = _stop_ids(tokenizer)
+  sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature,
+                            eos_ids=stops, pad_id=pad_id)
+
+  @jax.jit
+  @sharding.in_mesh(mesh, sharding.DEFAULT_RULES)
+  def decode(params, prompt, prompt_mask, rng):
+    out = sample(agent.model, params, prompt, prompt_mask, rng, sampling)
+    return out.tokens, out.mask
+
+  texts = []
+  for start in range(0, len(ids), batch_size):
+    chunk = np.arange(start, start + batch_size)
+    chunk = np.where(chunk < len(ids), chunk, 0)
+    out, out_mask = jax.device_get(decode(
+        agent.params, jnp.asarray(tokens[chunk]), jnp.asarray(mask[chunk]),
+        jax.random.fold_in(jax.random.PRNGKey(seed), start)))
+    for row, row_mask in list(zip(out, out_mask))[:min(batch_size, len(ids) - start)]:
+      kept = [int(t) for t, m in zip(row, row_mask) if m and int(t) not in stops]
+      texts.append(tokenizer.decode(kept, skip_special_tokens=True))
+  return texts
+
+
+def write_predictions(data_dir: str, category: str, agent: Agent, path: str, mesh,
+                      max_new_tokens: int, batch_size: int, limit: int = 0,
+                      temperature: float = 0.0) -> int:
+  """Decodes the agent's answers to a category's questions (the first `limit`,
+  0: all) into the predictions file `path`; returns how many."""
+  questions, _ = bfcl.category_files(data_dir, category)
+  records = read_jsonl(questions)
+  if limit:
+    records = records[:limit]
+  texts = generate(agent, [question_messages(r) for r in records], mesh,
+                   max_new_tokens, batch_size, temperature)
+  with open(path, "w", encoding="utf-8") as f:
+    for record, text in zip(records, texts):
+      f.write(json.dumps({"id": record["id"], "result": text}, ensure_ascii=False) + "\n")
+  return len(records)
