@@ -74,8 +74,8 @@ _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 # ModelConfig fields that only choose how the model is computed; the rest must
 # agree with config.json when a config is passed to `load_hf_params`.
-_COMPUTE_FIELDS = ("dtype", "param_dtype", "remat_policy", "scan_layers",
-                   "max_position_embeddings")
+_COMPUTE_FIELDS = ("dtype", "param_dtype", "logits_dtype", "remat_policy",
+                   "scan_layers", "max_position_embeddings")
 
 # Items of the orbax checkpoint written by `save_checkpoint`.
 _PARAMS_ITEM = "params"
@@ -490,6 +490,40 @@ def save_hf_params(params, config: ModelConfig, out_dir: str | os.PathLike,
     for name in copied:
       shutil.copyfile(os.path.join(tokenizer_dir, name),
                       os.path.join(out_dir, name))
+
+
+GENERATION_CONFIG_FILE = "generation_config.json"
+
+
+def _token_ids(value: Any, source: str) -> tuple[int, ...]:
+  """An HF token-id field (an int, a list of ints, or null) as a tuple."""
+  if value is None:
+    return ()
+  values = value if isinstance(value, (list, tuple)) else [value]
+  if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+             for v in values):
+    raise ValueError(f"{source}: eos_token_id={value!r} must be a "
+                     "non-negative int or a list of them.")
+  return tuple(values)
+
+
+def stop_token_ids(hf_dir: str | os.PathLike) -> tuple[int, ...]:
+  """The ids that end a generation for the checkpoint in `hf_dir`.
+
+  `eos_token_id` of generation_config.json (an int or a list: Qwen2.5-Instruct
+  lists both <|im_end|> and <|endoftext|>), else of config.json. Returns the
+  ids in file order, without repeats. Raises ValueError when neither file
+  names one.
+  """
+  for name in (GENERATION_CONFIG_FILE, CONFIG_FILE):
+    path = os.path.join(hf_dir, name)
+    if os.path.isfile(path):
+      with open(path) as f:
+        ids = _token_ids(json.load(f).get("eos_token_id"), path)
+      if ids:
+        return tuple(dict.fromkeys(ids))
+  raise ValueError(f"HF directory {hf_dir}: neither {GENERATION_CONFIG_FILE} "
+                   f"nor {CONFIG_FILE} gives an eos_token_id (the stop ids).")
 
 
 def load_tokenizer(hf_dir: str | os.PathLike):
