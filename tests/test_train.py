@@ -345,7 +345,7 @@ def test_exported_player_loads_in_transformers_with_our_logits(uninterrupted,
   out = tmp_path / "agent"
   assert hf.main(["export", "--run", workdir, "--player", "agent", "--out",
                   str(out), "--dtype", "float32",
-                  "--max_shard_bytes", "300000"]) == 0
+                  "--max_shard_bytes", "4096"]) == 0
   index = json.loads((out / hf.SHARDED_INDEX_FILE).read_text())
   assert len(set(index["weight_map"].values())) > 1
   domain = get_domain(config.task)
