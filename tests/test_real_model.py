@@ -96,21 +96,26 @@ def test_a_stop_id_equal_to_the_pad_id_ends_its_row():
                                   free.tokens[b, :length])
     assert bool(np.all(np.asarray(out.tokens[b, length:]) == stop))
   rows = generate.completions(out, (stop,))
-  assert rows[0] == (list(np.asarray(free.tokens[0, :2])), True)
+  assert rows[0] == (list(np.asarray(free.tokens[0, :first[0]])), True)
+  assert int(out.lengths[0]) < 8
 
 
 def test_bfloat16_player_log_probs_agree_with_trainer_and_f32_twin():
   """A bf16 player (cached decode included) with logits of real magnitude
   (|logit| up to ~20): the sampler's log-probs match the trainer's and the
-  f32 twin's closely with the f32 head."""
+  f32 twin's closely with the f32 head, and more closely than with logits
+  rounded to bf16."""
   config = get_preset("tiny", tie_embeddings=False)
   params = decoder.init_params(config, jax.random.key(0))
   params["lm_head"]["kernel"] = params["lm_head"]["kernel"] * 20
   rng = np.random.default_rng(0)
   prompt = jnp.asarray(rng.integers(0, 512, (4, 12)), jnp.int32)
   mask = jnp.arange(12)[None, :] >= jnp.array([0, 3, 6, 9])[:, None]
-  result = logp_mismatch.mismatch(config.replace(dtype="bfloat16"), params,
+  both = logp_mismatch.both_heads(config.replace(dtype="bfloat16"), params,
                                   prompt, mask, 16)
+  result = both["float32"]
   assert result["tokens"] == 64
-  assert result["sampler_vs_trainer"] < 1e-2, result
+  assert result["sampler_vs_trainer"] < 5e-2, result
   assert 0 < result["bf16_vs_f32"] < 5e-2, result
+  for measure in ("sampler_vs_trainer", "bf16_vs_f32"):  # the bf16 head's
+    assert result[measure] < both["bfloat16"][measure], both

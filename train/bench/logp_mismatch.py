@@ -86,7 +86,7 @@ def main(argv=None) -> None:
   parser.add_argument("--seed", type=int, default=0)
   args = parser.parse_args(argv)
   if args.hf_dir:
-    params, config = hf.load_hf_params(args.hf_dir)
+    params, config = hf.load_hf_params(args.hf_dir, scan_layers=True)
     tokenizer = hf.load_tokenizer(args.hf_dir)
     rows = [generate.prompt_ids(tokenizer, {"prompt": p})
             for p in CHAT_PROMPTS]
