@@ -140,14 +140,15 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
 def generate_jsonl(hf_dir: str, prompts_path: str, max_new_tokens: int,
                    temperature: float = 0.0, seed: int = 0,
                    dtype: str = "float32") -> list[dict[str, Any]]:
-  """`generate` for the checkpoint in `hf_dir` and the prompts file."""
+  """`generate` for the checkpoint in `hf_dir` and the prompts file, its
+  layers scanned (one block compiled, not one per layer)."""
   records = read_jsonl(prompts_path)
   for i, record in enumerate(records):  # fail before loading the weights
     if ("prompt" in record) == ("messages" in record):
       raise ValueError(f"{prompts_path} record {i + 1}: expected exactly one "
                        f"of 'prompt' or 'messages', got keys {sorted(record)}.")
   config = hf.config_from_hf(hf.read_hf_config(hf_dir)).replace(dtype=dtype)
-  params, config = hf.load_hf_params(hf_dir, config)
+  params, config = hf.load_hf_params(hf_dir, config, scan_layers=True)
   return generate(config, params, hf.load_tokenizer(hf_dir), records,
                   max_new_tokens, hf.stop_token_ids(hf_dir), temperature,
                   seed)
