@@ -43,6 +43,11 @@ class ModelConfig:
     max_position_embeddings: longest sequence the model is meant for.
     dtype: compute dtype ("float32", "bfloat16").
     param_dtype: parameter (master weight) dtype.
+    logits_dtype: dtype the output projection accumulates into and returns
+      before logits become f32: "float32" (default: with a bfloat16 compute
+      dtype the head's inputs stay bfloat16 and only its result is f32, so
+      the sampler's and the trainer's log-probs agree), or "bfloat16"
+      (logits rounded to bfloat16, 0.125 apart at |logit| 16-32).
     remat_policy: one of REMAT_POLICIES, applied per block.
     scan_layers: stack the blocks' parameters on a leading "layers" axis and
       run them with `nn.scan` (one compiled block instead of L copies).
@@ -63,6 +68,7 @@ class ModelConfig:
   max_position_embeddings: int = 2048
   dtype: str = "float32"
   param_dtype: str = "float32"
+  logits_dtype: str = "float32"
   remat_policy: str = "none"
   scan_layers: bool = False
 
@@ -85,6 +91,9 @@ class ModelConfig:
       raise ValueError(
           f"ModelConfig: num_heads={self.num_heads} must be a multiple of "
           f"num_kv_heads={self.num_kv_heads}.")
+    if self.logits_dtype not in ("float32", "bfloat16"):
+      raise ValueError(f"ModelConfig.logits_dtype={self.logits_dtype!r}; "
+                       "expected 'float32' or 'bfloat16'.")
     if self.remat_policy not in REMAT_POLICIES:
       raise ValueError(
           f"ModelConfig.remat_policy={self.remat_policy!r}; expected one of "

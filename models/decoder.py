@@ -30,6 +30,7 @@ or scanned over with `scan_layers`.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -129,26 +130,33 @@ class RMSNorm(nn.Module):
 
 
 class Projection(nn.Module):
-  """x[..., *in] @ kernel[*in, *out] (+ bias[*out]); kernel axes are logical."""
+  """x[..., *in] @ kernel[*in, *out] (+ bias[*out]); kernel axes are logical.
+
+  Inputs are cast to the compute dtype; the product (and bias) is in
+  `out_dtype` when given (accumulated there: bf16 inputs, f32 result), else
+  in the compute dtype."""
   config: ModelConfig
   in_shape: tuple[int, ...]
   out_shape: tuple[int, ...]
   kernel_axes: tuple[str, ...]
   use_bias: bool = False
+  out_dtype: str | None = None
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     cfg = self.config
+    out_dtype = jnp.dtype(self.out_dtype or cfg.dtype)
     kernel = _param(self, "kernel", _KERNEL_INIT,
                     self.in_shape + self.out_shape, self.kernel_axes, cfg)
     n_in = len(self.in_shape)
     contract = (tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in)))
     y = jax.lax.dot_general(x.astype(cfg.dtype), kernel.astype(cfg.dtype),
-                            (contract, ((), ())))
+                            (contract, ((), ())),
+                            preferred_element_type=out_dtype)
     if self.use_bias:
       bias = _param(self, "bias", nn.initializers.zeros, self.out_shape,
                     self.kernel_axes[n_in:], cfg)
-      y = y + bias.astype(cfg.dtype)
+      y = y + bias.astype(out_dtype)
     return y
 
 
@@ -167,7 +175,12 @@ def _attention_scores(q: jax.Array, keys: jax.Array,
   if q.shape[1] == 1:
     return jnp.einsum("bkgd,bkds->bkgs", q[:, 0], keys,
                       preferred_element_type=jnp.float32)[:, :, :, None]
-  return jnp.einsum("btkgd,bkds->bkgts", q, keys,
+  # Queries moved to [B, K, G, T, D] first (a call's T tokens, not the
+  # cache): a batched matmul in this order is one XLA:CPU runs with bf16
+  # inputs and an f32 result; taken from [B, T, K, G, D] it is not ("DotThunk:
+  # Unsupported element type BF16 x BF16 = F32" unless the YNNPACK dot fusion
+  # claims it).
+  return jnp.einsum("bkgtd,bkds->bkgts", q.transpose(0, 2, 3, 1, 4), keys,
                     preferred_element_type=jnp.float32)
 
 
@@ -310,7 +323,8 @@ class Decoder(nn.Module):
     self.final_norm = RMSNorm(cfg)
     if not cfg.tie_embeddings:
       self.lm_head = Projection(cfg, (cfg.hidden_size,), (cfg.vocab_size,),
-                                ("embed", "vocab"))
+                                ("embed", "vocab"),
+                                out_dtype=cfg.logits_dtype)
 
   def __call__(self, tokens, positions, kv_mask, cache=None, cache_index=0,
                return_hidden=False):
@@ -355,43 +369,52 @@ class Decoder(nn.Module):
     return self.logits(x), cache
 
   def logits(self, hidden: jax.Array) -> jax.Array:
-    """Output projection: hidden [..., E] -> f32 logits [..., V]."""
+    """Output projection: hidden [..., E] -> f32 logits [..., V].
+
+    The matmul takes compute-dtype inputs and accumulates into
+    `config.logits_dtype` (f32 by default, so bf16 models round no logit)."""
     if self.config.tie_embeddings:
       dtype = jnp.dtype(self.config.dtype)
       logits = tied_output_projection(hidden.astype(dtype),
-                                      self.embed.embedding.astype(dtype))
+                                      self.embed.embedding.astype(dtype),
+                                      self.config.logits_dtype)
     else:
       logits = self.lm_head(hidden)
     logits = logits.astype(jnp.float32)
     return nn.with_logical_constraint(logits, ("batch", "length", "vocab"))
 
 
-@jax.custom_vjp
-def tied_output_projection(hidden: jax.Array,
-                           embedding: jax.Array) -> jax.Array:
-  """Logits [..., V] = hidden [..., E] @ embedding [V, E]^T.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def tied_output_projection(hidden: jax.Array, embedding: jax.Array,
+                           out_dtype: str) -> jax.Array:
+  """Logits [..., V] = hidden [..., E] @ embedding [V, E]^T, accumulated and
+  returned in `out_dtype`.
 
-  The VJP writes the embedding's gradient as the [E, V] product
-  hidden^T @ g, transposed (a weight-sized transpose). Differentiated as
-  written above, the gradient is the product g^T @ hidden, for which XLA:CPU
-  copied the cotangent g [..., V] (logits-sized: [N, 32000] at the small
-  preset) into [V, N] order on every training step; from the VJP's form it
-  reads g where it lies.
+  The VJP takes the cotangent in the inputs' dtype and writes the
+  embedding's gradient as the [E, V] product hidden^T @ g, transposed (a
+  weight-sized transpose). Differentiated as written above, the gradient is
+  the product g^T @ hidden, for which XLA:CPU copied the cotangent g [..., V]
+  (logits-sized: [N, 32000] at the small preset) into [V, N] order on every
+  training step; from the VJP's form it reads g where it lies.
   """
-  return jnp.einsum("...e,ve->...v", hidden, embedding)
+  return jnp.einsum("...e,ve->...v", hidden, embedding,
+                    preferred_element_type=jnp.dtype(out_dtype))
 
 
-def _tied_output_projection_fwd(hidden, embedding):
-  return tied_output_projection(hidden, embedding), (hidden, embedding)
+def _tied_output_projection_fwd(hidden, embedding, out_dtype):
+  return (tied_output_projection(hidden, embedding, out_dtype),
+          (hidden, embedding))
 
 
-def _tied_output_projection_bwd(residuals, cotangent):
+def _tied_output_projection_bwd(out_dtype, residuals, cotangent):
+  del out_dtype
   hidden, embedding = residuals
+  cotangent = cotangent.astype(hidden.dtype)
   d_hidden = jnp.einsum("...v,ve->...e", cotangent, embedding)
   batch_axes = tuple(range(hidden.ndim - 1))
   d_embedding_t = jax.lax.dot_general(hidden, cotangent,
                                       ((batch_axes, batch_axes), ((), ())))
-  return d_hidden, d_embedding_t.T
+  return d_hidden, d_embedding_t.T.astype(embedding.dtype)
 
 
 tied_output_projection.defvjp(_tied_output_projection_fwd,

@@ -26,10 +26,22 @@ under `layers`, as `nn.scan` in the decoder lays them out.
 absent) holding `params/` and `model_config/model_config.json` (the
 ModelConfig as JSON); `load_checkpoint` reads it back.
 
+`stop_token_ids` gives a checkpoint's stop ids (generation_config.json's
+eos_token_id, an int or a list).
+
 Command line (`python -m models.hf VERB --help`):
   verify --hf_dir DIR             our logits vs transformers' on random tokens
   import --hf_dir DIR --out PATH  HF directory -> orbax checkpoint
   export --ckpt PATH --out DIR    orbax checkpoint -> HF directory
+  export --run DIR [--step N] --player agent|simulator --out DIR
+         [--dtype bfloat16|float32]
+                                  one player of a training run -> HF
+                                  directory (`train.export`)
+  generate --hf_dir DIR --prompts FILE.jsonl --max_new_tokens N
+         [--temperature T]        chat completions, one JSON line per prompt
+                                  (`genenv_jax.generate`)
+The last two verbs import the driver (`train`) and the sampler
+(`genenv_jax`) inside the command; the library above never does.
 """
 
 from __future__ import annotations
@@ -60,6 +72,7 @@ _DEFAULT_MAX_POSITIONS = {"qwen2": 32768, "llama": 2048}
 CONFIG_FILE = "config.json"
 SINGLE_WEIGHTS_FILE = "model.safetensors"
 SHARDED_INDEX_FILE = "model.safetensors.index.json"
+GENERATION_CONFIG_FILE = "generation_config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json", "added_tokens.json",
                    "vocab.json", "merges.txt", "tokenizer.model",
@@ -74,8 +87,8 @@ _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 # ModelConfig fields that only choose how the model is computed; the rest must
 # agree with config.json when a config is passed to `load_hf_params`.
-_COMPUTE_FIELDS = ("dtype", "param_dtype", "remat_policy", "scan_layers",
-                   "max_position_embeddings")
+_COMPUTE_FIELDS = ("dtype", "param_dtype", "logits_dtype", "remat_policy",
+                   "scan_layers", "max_position_embeddings")
 
 # Items of the orbax checkpoint written by `save_checkpoint`.
 _PARAMS_ITEM = "params"
@@ -466,21 +479,81 @@ def hf_tensors(params, config: ModelConfig) -> dict[str, np.ndarray]:
           for rule in _tensor_rules(config)}
 
 
+# The largest safetensors file `save_hf_params` writes (transformers' own
+# default shard size).
+MAX_SHARD_BYTES = 5 * 2**30
+
+
+def _shards(tensors: Mapping[str, np.ndarray],
+            max_shard_bytes: int) -> list[dict[str, np.ndarray]]:
+  """Tensors in HF order split into files of at most max_shard_bytes (a
+  larger tensor gets a file of its own)."""
+  shards: list[dict[str, np.ndarray]] = [{}]
+  size = 0
+  for name, tensor in tensors.items():
+    if shards[-1] and size + tensor.nbytes > max_shard_bytes:
+      shards.append({})
+      size = 0
+    shards[-1][name] = tensor
+    size += tensor.nbytes
+  return shards
+
+
+def _write_json(path, value) -> None:
+  with open(path, "w") as f:
+    json.dump(value, f, indent=2, sort_keys=True)
+    f.write("\n")
+
+
 def save_hf_params(params, config: ModelConfig, out_dir: str | os.PathLike,
                    model_type: str, *,
-                   tokenizer_dir: str | os.PathLike | None = None) -> None:
-  """Writes config.json + model.safetensors that transformers loads.
+                   tokenizer_dir: str | os.PathLike | None = None,
+                   dtype: str | None = None,
+                   max_shard_bytes: int | None = None,
+                   special_ids: Mapping[str, Any] | None = None) -> None:
+  """Writes a directory transformers loads: config.json, the weights, and
+  (with special_ids) generation_config.json.
 
-  Tied models store no lm_head.weight. Tokenizer files found in
-  `tokenizer_dir` are copied across.
+  Args:
+    dtype: the weights' dtype on disk ("bfloat16", "float32"); default the
+      params' dtype (`config.param_dtype`).
+    max_shard_bytes: None writes one model.safetensors; otherwise files of at
+      most this size (model-0000i-of-0000n.safetensors) and
+      model.safetensors.index.json mapping every tensor to its file.
+    special_ids: {"bos_token_id", "eos_token_id" (an int or a list: the stop
+      ids), "pad_token_id"}, written to config.json and generation_config.json.
+    tokenizer_dir: tokenizer files found there are copied across.
+
+  Tied models store no lm_head.weight.
   """
   hf_config = config_to_hf(config, model_type)
   tensors = hf_tensors(params, config)
+  if dtype is not None:
+    np_dtype = jnp.dtype(dtype)
+    tensors = {k: v.astype(np_dtype) for k, v in tensors.items()}
+    hf_config.update(dtype=dtype, torch_dtype=dtype)
+  generation = None
+  if special_ids is not None:
+    special = {k: v for k, v in special_ids.items() if v is not None}
+    hf_config.update(special)
+    generation = dict(special, _from_model_config=True)
   os.makedirs(out_dir, exist_ok=True)
-  save_file(tensors, os.path.join(out_dir, SINGLE_WEIGHTS_FILE),
-            metadata={"format": "pt"})
-  with open(os.path.join(out_dir, CONFIG_FILE), "w") as f:
-    json.dump(hf_config, f, indent=2, sort_keys=True)
+  if max_shard_bytes is None:
+    save_file(tensors, os.path.join(out_dir, SINGLE_WEIGHTS_FILE),
+              metadata={"format": "pt"})
+  else:
+    shards = _shards(tensors, max_shard_bytes)
+    weight_map = {}
+    for i, shard in enumerate(shards):
+      name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+      save_file(shard, os.path.join(out_dir, name), metadata={"format": "pt"})
+      weight_map.update(dict.fromkeys(shard, name))
+    _write_json(os.path.join(out_dir, SHARDED_INDEX_FILE), {
+        "metadata": {"total_size": sum(t.nbytes for t in tensors.values())},
+        "weight_map": weight_map})
+  _write_json(os.path.join(out_dir, CONFIG_FILE), hf_config)
+  if generation is not None:
+    _write_json(os.path.join(out_dir, GENERATION_CONFIG_FILE), generation)
   if tokenizer_dir is not None:
     copied = [name for name in TOKENIZER_FILES
               if os.path.isfile(os.path.join(tokenizer_dir, name))]
@@ -490,6 +563,37 @@ def save_hf_params(params, config: ModelConfig, out_dir: str | os.PathLike,
     for name in copied:
       shutil.copyfile(os.path.join(tokenizer_dir, name),
                       os.path.join(out_dir, name))
+
+
+def _token_ids(value: Any, source: str) -> tuple[int, ...]:
+  """An HF token-id field (an int, a list of ints, or null) as a tuple."""
+  if value is None:
+    return ()
+  values = value if isinstance(value, (list, tuple)) else [value]
+  if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+             for v in values):
+    raise ValueError(f"{source}: eos_token_id={value!r} must be a "
+                     "non-negative int or a list of them.")
+  return tuple(values)
+
+
+def stop_token_ids(hf_dir: str | os.PathLike) -> tuple[int, ...]:
+  """The ids that end a generation for the checkpoint in `hf_dir`.
+
+  `eos_token_id` of generation_config.json (an int or a list: Qwen2.5-Instruct
+  lists both <|im_end|> and <|endoftext|>), else of config.json. Returns the
+  ids in file order, without repeats. Raises ValueError when neither file
+  names one.
+  """
+  for name in (GENERATION_CONFIG_FILE, CONFIG_FILE):
+    path = os.path.join(hf_dir, name)
+    if os.path.isfile(path):
+      with open(path) as f:
+        ids = _token_ids(json.load(f).get("eos_token_id"), path)
+      if ids:
+        return tuple(dict.fromkeys(ids))
+  raise ValueError(f"HF directory {hf_dir}: neither {GENERATION_CONFIG_FILE} "
+                   f"nor {CONFIG_FILE} gives an eos_token_id (the stop ids).")
 
 
 def load_tokenizer(hf_dir: str | os.PathLike):
@@ -608,14 +712,39 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--scan_layers", action="store_true",
                  help="stack the layers for nn.scan")
   p.add_argument("--param_dtype", default="float32")
-  p = verbs.add_parser("export", help="orbax checkpoint -> HF directory")
-  p.add_argument("--ckpt", required=True)
-  p.add_argument("--out", required=True)
+  p = verbs.add_parser("export", help="orbax checkpoint or a training run's "
+                       "player -> HF directory")
+  source = p.add_mutually_exclusive_group(required=True)
+  source.add_argument("--ckpt", help="a checkpoint written by `import`")
+  source.add_argument("--run", help="a training run's workdir (train.main "
+                      "--workdir): exports one player of its checkpoints")
+  p.add_argument("--out", required=True, help="HF directory to write (local "
+                 "or gs://)")
+  p.add_argument("--step", type=int, default=None,
+                 help="with --run: the checkpoint's step (default latest)")
+  p.add_argument("--player", choices=("agent", "simulator"), default=None,
+                 help="with --run: which player")
+  p.add_argument("--dtype", choices=("bfloat16", "float32"), default=None,
+                 help="weights on disk (default: bfloat16 with --run, the "
+                 "checkpoint's with --ckpt)")
+  p.add_argument("--max_shard_bytes", type=int, default=MAX_SHARD_BYTES,
+                 help="with --run: largest safetensors file")
   p.add_argument("--model_type", choices=SUPPORTED_MODEL_TYPES, default=None,
-                 help="default: qwen2 if the model has q/k/v bias, else llama "
-                 "(the only valid choice for biased models)")
+                 help="with --ckpt; default: qwen2 if the model has q/k/v "
+                 "bias, else llama (the only valid choice for biased models)")
   p.add_argument("--tokenizer_dir", default=None,
-                 help="copy tokenizer files from here")
+                 help="with --ckpt: copy tokenizer files from here")
+  p = verbs.add_parser("generate", help="chat completions from an HF "
+                       "directory with our decoder and sampler")
+  p.add_argument("--hf_dir", required=True)
+  p.add_argument("--prompts", required=True, help='JSONL: {"prompt": ...} or '
+                 '{"messages": [...]} per line')
+  p.add_argument("--max_new_tokens", type=int, required=True)
+  p.add_argument("--temperature", type=float, default=0.0,
+                 help="0 (default): greedy")
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--dtype", choices=("bfloat16", "float32"),
+                 default="float32", help="compute dtype")
   return parser
 
 
@@ -633,10 +762,28 @@ def main(argv: list[str] | None = None) -> int:
     path = save_checkpoint(args.out, params, config)
     print(f"wrote {path}")
     return 0
+  if args.verb == "generate":
+    # The sampler lives above `models` (genenv_jax); only this verb needs it.
+    from genenv_jax import generate  # pylint: disable=import-outside-toplevel
+    for line in generate.generate_jsonl(
+        args.hf_dir, args.prompts, args.max_new_tokens, args.temperature,
+        args.seed, args.dtype):
+      print(json.dumps(line), flush=True)
+    return 0
+  if args.run is not None:
+    if args.player is None:
+      raise SystemExit("export --run needs --player agent|simulator.")
+    # Reading a run needs the driver's config and domain; only this verb does.
+    from train import export  # pylint: disable=import-outside-toplevel
+    summary = export.export_player(args.run, args.player, args.out, args.step,
+                                   args.dtype or "bfloat16",
+                                   args.max_shard_bytes)
+    print(json.dumps(summary))
+    return 0
   params, config = load_checkpoint(args.ckpt)
   model_type = args.model_type or ("qwen2" if config.qkv_bias else "llama")
   save_hf_params(params, config, args.out, model_type,
-                 tokenizer_dir=args.tokenizer_dir)
+                 tokenizer_dir=args.tokenizer_dir, dtype=args.dtype)
   print(f"wrote {os.path.abspath(args.out)} ({model_type})")
   return 0
 

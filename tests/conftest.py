@@ -24,3 +24,23 @@ _CACHE_DIR = tempfile.mkdtemp(prefix="genenv_jax_test_xla_cache_")
 atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 jax.config.update("jax_compilation_cache_dir", _CACHE_DIR)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+
+
+import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir():
+  """The SmolLM2-135M-Instruct HF directory (fp32 safetensors, config,
+  generation config, tokenizer), built once per machine into the cache of
+  `train.tools.real_models` (~30 s the first time)."""
+  from train.tools import real_models  # pylint: disable=g-import-not-at-top
+  return str(real_models.smollm2_dir())
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer_dir():
+  """A directory of real Qwen tokenizer files (Qwen3's vocabulary), copied
+  once per machine into the cache of `train.tools.real_models`."""
+  from train.tools import real_models  # pylint: disable=g-import-not-at-top
+  return str(real_models.qwen_tokenizer_dir())

@@ -256,7 +256,8 @@ def test_tied_output_projection_gradients_match_plain_autodiff(leading):
   plain = lambda h, w: h @ w.T
   want = jax.value_and_grad(functools.partial(objective, plain),
                             argnums=(0, 1))(hidden, embedding)
-  got = jax.value_and_grad(functools.partial(objective, tied_output_projection),
+  projection = lambda h, w: tied_output_projection(h, w, "float32")
+  got = jax.value_and_grad(functools.partial(objective, projection),
                            argnums=(0, 1))(hidden, embedding)
   np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
   for name, g, w in zip(("hidden", "embedding"), got[1], want[1]):

@@ -5,6 +5,7 @@ import math
 import os
 
 from etils import epath
+import jax
 import numpy as np
 import pytest
 
@@ -327,3 +328,55 @@ def test_agent_breakdown_greedy_accuracy_is_the_runs_heldout_accuracy(
         (whole["greedy"] - whole["baseline_greedy"]) * whole["tasks"])
   with pytest.raises(FileNotFoundError, match="no step-3 checkpoint"):
     agent_breakdown.run(breakdown_config, workdir, step=3, attempts=4)
+
+
+def test_exported_player_loads_in_transformers_with_our_logits(uninterrupted,
+                                                               tmp_path):
+  """`models.hf export --run` writes the agent of the run's latest checkpoint
+  as a sharded HF directory: its weights are the checkpoint's, transformers
+  loads it, its logits match our decoder's and it generates; the default
+  export writes bfloat16."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  from genenv_jax.tasks import get_domain  # pylint: disable=g-import-not-at-top
+  from models import decoder  # pylint: disable=g-import-not-at-top
+  from models import hf  # pylint: disable=g-import-not-at-top
+  from safetensors import safe_open  # pylint: disable=g-import-not-at-top
+  config, workdir, _ = uninterrupted
+  out = tmp_path / "agent"
+  assert hf.main(["export", "--run", workdir, "--player", "agent", "--out",
+                  str(out), "--dtype", "float32",
+                  "--max_shard_bytes", "4096"]) == 0
+  index = json.loads((out / hf.SHARDED_INDEX_FILE).read_text())
+  assert len(set(index["weight_map"].values())) > 1
+  domain = get_domain(config.task)
+  for name in (hf.CONFIG_FILE, hf.GENERATION_CONFIG_FILE):
+    written = json.loads((out / name).read_text())
+    assert (written["bos_token_id"], written["eos_token_id"],
+            written["pad_token_id"]) == (domain.bos_id, domain.eos_id,
+                                         domain.pad_id), name
+  step, raw = run_checkpoints._restore(workdir, None)  # pylint: disable=protected-access
+  assert step == config.coevolve.num_steps
+  want = jax.tree.map(np.asarray, raw["agent"]["params"])
+  params, model_config = hf.load_hf_params(out)
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(want)):
+    np.testing.assert_array_equal(a, b)
+
+  model = transformers.AutoModelForCausalLM.from_pretrained(
+      str(out), dtype=torch.float32).eval()
+  tokens, mask = hf.verification_batch(model_config.vocab_size, 2, 12, 0)
+  ours = np.asarray(decoder.forward(model_config, params, tokens, mask))
+  theirs = hf.hf_logits(model, tokens, mask)
+  assert np.abs(ours - theirs)[mask].max() < 1e-4
+  generated = model.generate(input_ids=torch.from_numpy(tokens[:1].astype(
+      np.int64)), max_new_tokens=3, do_sample=False)
+  assert generated.shape == (1, 15)
+
+  bf16 = tmp_path / "simulator"
+  assert hf.main(["export", "--run", workdir, "--player", "simulator",
+                  "--step", "0", "--out", str(bf16)]) == 0
+  shard = next(iter(json.loads(
+      (bf16 / hf.SHARDED_INDEX_FILE).read_text())["weight_map"].values()))
+  with safe_open(str(bf16 / shard), framework="np") as f:
+    assert all(f.get_slice(k).get_dtype() == "BF16" for k in f.keys())
+  assert json.loads((bf16 / hf.CONFIG_FILE).read_text())["dtype"] == "bfloat16"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import pathlib
 import shutil
@@ -89,6 +90,20 @@ def _write_smollm2(out: pathlib.Path) -> None:
   model.config.save_pretrained(str(out))
   model.generation_config.save_pretrained(str(out))
   tokenizer.save_pretrained(str(out))
+  _drop_gguf_fields(out / "config.json")
+
+
+# config.json fields the GGUF loader adds: the quantization settings (with
+# them, transformers would look for the GGUF file again when loading the
+# directory) and the GGUF file's internal model name.
+_GGUF_CONFIG_FIELDS = ("quantization_config", "_model_name_or_path")
+
+
+def _drop_gguf_fields(config_path: pathlib.Path) -> None:
+  config = json.loads(config_path.read_text())
+  for field in _GGUF_CONFIG_FIELDS:
+    config.pop(field, None)
+  config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def smollm2_dir() -> pathlib.Path:
