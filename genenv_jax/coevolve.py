@@ -169,7 +169,8 @@ def write_tasks(config, domain: TaskDomain, players: Players,
                cc.variations)
   repeat = lambda x: jnp.repeat(x, cc.variations, axis=0)
   return Generation(seed_idx, repeat(prompt), repeat(prompt_mask), out,
-                    domain.parse(out.tokens, out.mask))
+                    domain.parse(domain.canonical_stops(out.tokens, out.mask),
+                                 out.mask))
 
 
 def replay_tasks(config, domain: TaskDomain, pool: pool_lib.TaskPool, key
@@ -193,7 +194,8 @@ def attempt(config, domain: TaskDomain, players: Players, agent: PlayerState,
                tasks.prompt, tasks.prompt_mask, key, agent_sampling,
                cc.attempts)
   repeat = lambda x: jnp.repeat(x, cc.attempts, axis=0)
-  rewards = domain.verify(out.tokens, out.mask, repeat(tasks.reference),
+  rewards = domain.verify(domain.canonical_stops(out.tokens, out.mask),
+                          out.mask, repeat(tasks.reference),
                           repeat(tasks.reference_mask))
   return Attempts(tasks, out, rewards.reshape(-1, cc.attempts))
 
@@ -517,7 +519,7 @@ def sampling_configs(config, domain: TaskDomain
   """(simulator, agent) sampling settings of the step: the simulator writes
   up to simulator_len tokens, the agent answers in up to response_len."""
   cc = config.coevolve
-  stop = dict(eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
+  stop = dict(eos_ids=domain.stop_ids, pad_id=domain.pad_id)
   return (SamplingConfig(max_new_tokens=domain.simulator_len,
                          temperature=cc.simulator_temperature, **stop),
           SamplingConfig(max_new_tokens=domain.response_len,

@@ -3,9 +3,11 @@ parsing, prompt splicing, the written-task format and its config checks."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
@@ -258,3 +260,27 @@ def test_registry_builds_the_domain_from_config(tokenizer, tmp_path):
   assert domain.verifier == "f1" and domain.task_len == 40
   assert domain.eos_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
   assert domain.pad_id == tokenizer.convert_tokens_to_ids("<|endoftext|>")
+
+
+def test_checkpoint_stop_ids_end_rows_and_read_as_eos(tokenizer, tmp_path):
+  """Qwen2.5-Instruct's generation_config.json lists <|im_end|> and
+  <|endoftext|> (also its pad): both stop sampling, and a row the model ended
+  with <|endoftext|> parses like one ended with <|im_end|>."""
+  tokenizer.save_pretrained(str(tmp_path))
+  im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+  endoftext = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+  (tmp_path / "generation_config.json").write_text(
+      json.dumps({"eos_token_id": [im_end, endoftext]}))
+  config = ml_collections.ConfigDict(dict(
+      name="text", tokenizer_dir=str(tmp_path), verifier="f1", **WIDTHS))
+  domain = get_domain(config)
+  assert domain.stop_ids == (im_end, endoftext)
+  rows = _rows(domain, ["New Task: what is two plus two? New Answer: four"])
+  ended_by_pad = np.where(rows == domain.eos_id, endoftext, rows)
+  mask = np.cumsum(ended_by_pad == endoftext, axis=1) <= 1  # through the stop
+  canonical = domain.canonical_stops(jnp.asarray(ended_by_pad), jnp.asarray(mask))
+  np.testing.assert_array_equal(np.asarray(canonical), rows)
+  assert bool(domain.parse(canonical, jnp.asarray(mask)).valid[0])
+  # Without a generation config only eos stops.
+  (tmp_path / "generation_config.json").unlink()
+  assert get_domain(config).stop_ids == (im_end,)

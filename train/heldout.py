@@ -55,7 +55,7 @@ class HeldoutEval:
     # output is readable on each process, however many share the mesh).
     self._rows = sharding.from_host(np.asarray(rows, np.int32), replicated)
     greedy = SamplingConfig(max_new_tokens=domain.response_len, temperature=0.0,
-                            eos_ids=(domain.eos_id,), pad_id=domain.pad_id)
+                            eos_ids=domain.stop_ids, pad_id=domain.pad_id)
 
     @functools.partial(jax.jit, out_shardings=replicated)
     @sharding.in_mesh(mesh, rules)
@@ -63,8 +63,8 @@ class HeldoutEval:
       parsed = domain.parse(rows, rows != domain.pad_id)
       out = sample(agent_model, params, parsed.prompt, parsed.prompt_mask,
                    jax.random.PRNGKey(0), greedy)
-      reward = domain.verify(out.tokens, out.mask, parsed.reference,
-                             parsed.reference_mask)
+      reward = domain.verify(domain.canonical_stops(out.tokens, out.mask),
+                             out.mask, parsed.reference, parsed.reference_mask)
       return (reward >= success_threshold) & parsed.valid, out.lengths
 
     # The jitted pass (params, rows int32[n, task_len]) -> (correct bool[n],

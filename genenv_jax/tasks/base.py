@@ -84,6 +84,10 @@ class TaskDomain(abc.ABC):
       agent write more than the answer, e.g. reasoning before it).
     simulator_len: the simulator's max_new_tokens, the width `parse` reads
       (`task_len` unless a domain lets the simulator write more than the task).
+    stop_ids: the ids that end a sampled row (`eos_id`, and for a domain read
+      from a checkpoint every end-of-generation id it names, e.g. Qwen2.5's
+      <|im_end|> and <|endoftext|>). `canonical_stops` writes them as `eos_id`
+      for `parse` and `verify`.
   """
 
   vocab_size: int
@@ -103,6 +107,19 @@ class TaskDomain(abc.ABC):
   @property
   def simulator_len(self) -> int:
     return self.task_len
+
+  @property
+  def stop_ids(self) -> tuple[int, ...]:
+    return (self.eos_id,)
+
+  def canonical_stops(self, tokens: jax.Array, mask: jax.Array) -> jax.Array:
+    """int32[B, N] sampled `tokens` with every stop id inside `mask` (bool[B, N])
+    written as `eos_id`, the one end mark `parse` and `verify` read."""
+    extra = [i for i in self.stop_ids if i != self.eos_id]
+    if not extra:
+      return tokens
+    return jnp.where(mask & jnp.isin(tokens, jnp.asarray(extra)), self.eos_id,
+                     tokens)
 
   @classmethod
   @abc.abstractmethod

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from typing import Any, NamedTuple, Sequence
 
 import jax
@@ -373,7 +374,17 @@ class TextDomain(TaskDomain):
     if unknown:
       raise ValueError(f"config.task has fields the text domain does not know: {unknown}; "
                        f"known: {sorted(known)}")
-    return cls(hf.load_tokenizer(config.tokenizer_dir), **fields)
+    domain = cls(hf.load_tokenizer(config.tokenizer_dir), **fields)
+    domain.checkpoint_stop_ids = _checkpoint_stop_ids(config.tokenizer_dir)
+    return domain
+
+  checkpoint_stop_ids: tuple[int, ...] = ()
+
+  @property
+  def stop_ids(self) -> tuple[int, ...]:
+    """eos_id, then the end-of-generation ids of the tokenizer directory's
+    generation_config.json (when it has one)."""
+    return tuple(dict.fromkeys((self.eos_id,) + self.checkpoint_stop_ids))
 
   # ------------------------------------------------------------ host-side set-up
 
@@ -650,3 +661,11 @@ class TextDomain(TaskDomain):
                          f"max_written_tokens={self.task_len}")
       rows[index, :len(ids)] = ids
     return rows
+
+
+def _checkpoint_stop_ids(tokenizer_dir: str) -> tuple[int, ...]:
+  """The eos ids of `tokenizer_dir`'s generation_config.json, () without one."""
+  from models import hf  # pylint: disable=import-outside-toplevel
+  if not os.path.isfile(os.path.join(tokenizer_dir, hf.GENERATION_CONFIG_FILE)):
+    return ()
+  return hf.stop_token_ids(tokenizer_dir)
