@@ -14,7 +14,6 @@ import threading
 import time
 import types
 
-import flax.linen as nn
 import jax
 import numpy as np
 import pytest
@@ -24,7 +23,6 @@ from genenv_jax import coevolve
 from genenv_jax import policy
 from genenv_jax import sharding
 from genenv_jax.tasks import get_domain
-from models import decoder
 from models.config import ModelConfig, get_preset
 from tests.test_text_domain import QA, make_tokenizer
 from train import loop
@@ -253,11 +251,8 @@ def test_the_cpu_variant_builds_its_step(tmp_path, monkeypatch):
   assert players.agent_model.vocab_size == domain.vocab_size
   assert players.agent_model.remat_policy == "full"
   mesh = sharding.make_mesh(dict(config.mesh))
-  # Zeros of the parameters' shapes: tracing the step needs no real weights.
-  params = jax.tree.map(
-      lambda x: np.zeros(x.shape, x.dtype),
-      jax.eval_shape(lambda key: nn.unbox(decoder.init_boxed(
-          players.agent_model, key)), jax.random.key(0)))
+  params = loop.init_player_params(players.agent_model, jax.random.PRNGKey(0),
+                                   mesh, sharding.DEFAULT_RULES)
   rows = domain.encode_tasks([q for q, _ in QA][:8], [a for _, a in QA][:8])
   state, _ = loop.create_state(config, domain, players, params, params, rows,
                                np.ones(len(rows), np.int32), mesh)
@@ -273,7 +268,7 @@ def test_the_cpu_variant_builds_its_step(tmp_path, monkeypatch):
       coevolve.make_step(config, domain, players))
   new_state, metrics = jax.eval_shape(step, state)
   assert jax.tree.structure(new_state) == jax.tree.structure(state)
-  assert all(m.shape == () for m in metrics.values())
+  assert all(m.shape == (2,) for m in metrics.values())  # (sum, count)
   # The config's chunk reaches every scoring call: GRPO reference and update,
   # the simulator's reference and update (the latter twice, for its KL cap).
   assert len(chunk_sizes) >= 4 and set(chunk_sizes) == {4}
