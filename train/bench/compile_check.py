@@ -67,20 +67,6 @@ from train.bench import common
 from train.bench import slices
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file(
-    "config", "configs/qwen_tpu.py", "Path to an ml_collections config file.",
-    lock_config=True)
-flags.DEFINE_string("topology", None, "Slice by its gcloud accelerator type: "
-                    "v4-8 .. v4-4096, v5p-8 .., v5litepod-4 .. v5litepod-256, "
-                    "v6e-4 ..")
-flags.DEFINE_integer("heldout_rows", 512, "Held-out tasks the run evaluates "
-                     "(its test split's size).")
-flags.DEFINE_list("programs", [], "Compile only these programs (default: "
-                  "all of warmstart_agent, warmstart_simulator, coevolve_step, "
-                  "heldout).")
-flags.DEFINE_bool("phases", True, "Also compile each phase of the step on its "
-                  "own for the roofline (takes about as long again).")
-
 GIB = 2**30
 OOM = re.compile(r"RESOURCE_EXHAUSTED|Ran out of memory", re.I)
 
@@ -466,5 +452,24 @@ def main(argv):
   sys.exit(0 if fits else 1)
 
 
+def define_flags() -> None:
+  """The command line's flags (defined when run as a program, so that
+  importing this module beside train.main defines no flag twice)."""
+  config_flags.DEFINE_config_file(
+      "config", "configs/qwen_tpu.py", "Path to an ml_collections config file.",
+      lock_config=True)
+  flags.DEFINE_string("topology", None, "Slice by its gcloud accelerator type: "
+                      "v4-8 .. v4-4096, v5p-8 .., v5litepod-4 .. v5litepod-256, "
+                      "v6e-4 ..")
+  flags.DEFINE_integer("heldout_rows", 512, "Held-out tasks the run evaluates "
+                       "(its test split's size).")
+  flags.DEFINE_list("programs", [], "Compile only these programs (default: "
+                    "all of warmstart_agent, warmstart_simulator, coevolve_step, "
+                    "heldout).")
+  flags.DEFINE_bool("phases", True, "Also compile each phase of the step on its "
+                    "own for the roofline (takes about as long again).")
+
+
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -37,20 +37,6 @@ from train import loop
 from train.tools import run_checkpoints
 from train import warmstart
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "The run's config.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "A run's workdir with its "
-                               "step-0 checkpoint and seed data.")
-_METHOD = flags.DEFINE_enum("method", "grpo", ["grpo", "sft"], "Update rule.")
-_LEVELS = flags.DEFINE_list("levels", ["2"], "Difficulty levels trained on.")
-_STEPS = flags.DEFINE_integer("steps", 100, "Updates.")
-_LR = flags.DEFINE_float("learning_rate", None, "Defaults to the config's "
-                         "agent (grpo) or warm-start (sft) learning rate.")
-_TASKS = flags.DEFINE_integer("tasks_per_step", 40, "Tasks per update.")
-_EVAL_EVERY = flags.DEFINE_integer("eval_every", 20, "Steps between evals.")
-_FIXED = flags.DEFINE_bool("fixed_tasks", False, "grpo: train on the same "
-                           "--tasks_per_step tasks at every update (does the "
-                           "update fit what it sees?) instead of fresh ones.")
-flags.mark_flags_as_required(["config", "workdir"])
 
 
 def training_batches(rows: np.ndarray, rng: np.random.Generator,
@@ -153,10 +139,30 @@ def run(config, workdir: str, method: str, levels: list[int], steps: int,
 
 def main(argv):
   del argv
-  run(_CONFIG.value, _WORKDIR.value, _METHOD.value,
-      [int(x) for x in _LEVELS.value], _STEPS.value, _LR.value, _TASKS.value,
-      _EVAL_EVERY.value, _FIXED.value)
+  f = flags.FLAGS
+  run(f.config, f.workdir, f.method, [int(x) for x in f.levels], f.steps,
+      f.learning_rate, f.tasks_per_step, f.eval_every, f.fixed_tasks)
+
+
+def define_flags() -> None:
+  """The command line's flags (defined when run as a program, so that
+  importing this module beside train.main defines no flag twice)."""
+  config_flags.DEFINE_config_file("config", None, "The run's config.")
+  flags.DEFINE_string("workdir", None, "A run's workdir with its "
+                      "step-0 checkpoint and seed data.")
+  flags.DEFINE_enum("method", "grpo", ["grpo", "sft"], "Update rule.")
+  flags.DEFINE_list("levels", ["2"], "Difficulty levels trained on.")
+  flags.DEFINE_integer("steps", 100, "Updates.")
+  flags.DEFINE_float("learning_rate", None, "Defaults to the config's "
+                     "agent (grpo) or warm-start (sft) learning rate.")
+  flags.DEFINE_integer("tasks_per_step", 40, "Tasks per update.")
+  flags.DEFINE_integer("eval_every", 20, "Steps between evals.")
+  flags.DEFINE_bool("fixed_tasks", False, "grpo: train on the same "
+                    "--tasks_per_step tasks at every update (does the "
+                    "update fit what it sees?) instead of fresh ones.")
+  flags.mark_flags_as_required(["config", "workdir"])
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)
