@@ -50,8 +50,10 @@ def _arm_run(arm, agent_key, num_steps=3, extra_rows=0):
   rows, difficulty, env = _warm_smoke_simulator()
   agent = loop.init_player_params(players.agent_model,
                                   jax.random.PRNGKey(agent_key), mesh, RULES)
+  layout = jax.tree.map(lambda x: x.sharding, loop.init_player_params(
+      players.simulator_model, jax.random.PRNGKey(1), mesh, RULES))
   state, shardings = loop.create_state(config, domain, players, agent,
-                                       jax.device_put(env), rows[:64],
+                                       jax.device_put(env, layout), rows[:64],
                                        difficulty[:64], mesh)
   if extra_rows:
     state = state.replace(pool=pool_lib.add_tasks(

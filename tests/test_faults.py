@@ -204,9 +204,10 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
 
 def test_diverging_run_stops_before_its_next_checkpoint(finished, tmp_path):
   tfds_dir, workdir = finished
-  # An infinite learning rate: every update is non-finite.
-  config = _config(tfds_dir, **{"agent.learning_rate": float("inf"),
-                                "simulator.learning_rate": float("inf"),
+  # A learning rate of 1e30 (finite, so the config is valid): every update's
+  # norm overflows float32, so every update is non-finite.
+  config = _config(tfds_dir, **{"agent.learning_rate": 1e30,
+                                "simulator.learning_rate": 1e30,
                                 "max_skipped_updates": 0,
                                 "warmstart.init_from": workdir})
   with pytest.raises(nonfinite.NonFiniteUpdateError,

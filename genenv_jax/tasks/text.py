@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import os
 from typing import Any, NamedTuple, Sequence
 
@@ -664,8 +665,13 @@ class TextDomain(TaskDomain):
 
 
 def _checkpoint_stop_ids(tokenizer_dir: str) -> tuple[int, ...]:
-  """The eos ids of `tokenizer_dir`'s generation_config.json, () without one."""
+  """The eos ids of `tokenizer_dir`'s generation_config.json; () when it has
+  none or names none."""
   from models import hf  # pylint: disable=import-outside-toplevel
-  if not os.path.isfile(os.path.join(tokenizer_dir, hf.GENERATION_CONFIG_FILE)):
+  path = os.path.join(tokenizer_dir, hf.GENERATION_CONFIG_FILE)
+  if not os.path.isfile(path):
     return ()
+  with open(path) as f:
+    if json.load(f).get("eos_token_id") is None:
+      return ()
   return hf.stop_token_ids(tokenizer_dir)
