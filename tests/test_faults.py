@@ -288,3 +288,22 @@ def test_config_validation_rows_of_issue_23():
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
       validation.validate(bad, 8)
   validation.validate(config, 8)
+
+
+def test_a_failed_background_save_stops_the_run_naming_the_step(tmp_path,
+                                                                 monkeypatch):
+  """A save that fails in the background surfaces at the next poll (each
+  step polls) or finish, naming the step directory, and records no
+  checksums for it."""
+  ckpt = checkpointing.Checkpoints(epath.Path(tmp_path) / "checkpoints", 2)
+  state = {"w": np.arange(4, dtype=np.float32)}
+
+  def failing():
+    raise OSError("disk full")
+
+  monkeypatch.setattr(ckpt.manager, "check_for_errors", failing)
+  ckpt.save(3, state)
+  with pytest.raises(RuntimeError, match=r"checkpoints/3: saving the checkpoint "
+                     r"failed: OSError: disk full"):
+    ckpt.finish()
+  assert not (tmp_path / "checkpoints" / "3" / checkpointing.CHECKSUM_FILE).exists()
