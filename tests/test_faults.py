@@ -19,6 +19,7 @@ import pytest
 
 from configs import default
 from train import checkpointing
+from train import config_validation
 from train import loop
 from train import metrics_log
 from train import nonfinite
@@ -280,14 +281,13 @@ def test_nonfinite_metric_is_named_in_its_record(tmp_path):
 
 
 def test_config_validation_rows_of_issue_23():
-  validation = pytest.importorskip("train.config_validation")
   config = default.get_config("smoke")
   for field, value in (("curriculum.alpha", 1.5), ("coevolve.attempts", 0),
                        ("coevolve.num_seeds", 0)):
     bad = _config("", **{field: value})
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
-      validation.validate(bad, 8)
-  validation.validate(config, 8)
+      config_validation.validate(bad, 8)
+  config_validation.validate(config, 8)
 
 
 def test_a_failed_background_save_stops_the_run_naming_the_step(tmp_path,
