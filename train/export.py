@@ -30,6 +30,7 @@ import orbax.checkpoint as ocp
 from genenv_jax.tasks import get_domain
 from models import decoder
 from models import hf
+from train import checkpointing
 from train import loop
 
 PLAYERS = ("agent", "simulator")
@@ -39,7 +40,7 @@ _STATE_ITEM = "default"
 
 def read_run_config(run: str) -> ml_collections.ConfigDict:
   """The config a run was started with (`<run>/config.json`)."""
-  path = loop.workdir_path(run) / "config.json"
+  path = checkpointing.workdir_path(run) / "config.json"
   if not path.exists():
     raise FileNotFoundError(f"--run {run}: no {path} (not a run directory).")
   return ml_collections.ConfigDict(json.loads(path.read_text()))
@@ -47,7 +48,7 @@ def read_run_config(run: str) -> ml_collections.ConfigDict:
 
 def _checkpoint_step(run: str, step: int | None) -> tuple[int, epath.Path]:
   """(step, the directory of its saved state); step None: the latest."""
-  path = loop.workdir_path(run) / "checkpoints"
+  path = checkpointing.workdir_path(run) / "checkpoints"
   manager = ocp.CheckpointManager(
       path, options=ocp.CheckpointManagerOptions(read_only=True))
   steps = sorted(manager.all_steps())
