@@ -332,9 +332,11 @@ def phases(setup: Setup) -> list[Phase]:
     return sample(model, coevolve.params_for_sampling(
         model, params, cc.sampling_layout), prompt, mask, key, sampling, num)
 
-  def logprobs(model, temperature):
-    return lambda params, prompt, pmask, resp, rmask: policy.response_logprobs(
-        model, params, prompt, pmask, resp, rmask, temperature, chunk).logp
+  def logprobs(model, temperature, row_chunks=1):
+    return lambda params, prompt, pmask, resp, rmask: (
+        policy.response_logprobs_by_rows(model, params, prompt, pmask, resp,
+                                         rmask, temperature, chunk,
+                                         row_chunks).logp)
 
   def sampling_bytes(model, params):
     # A decode step reads the sampling copy of the weights (in the compute
@@ -364,7 +366,8 @@ def phases(setup: Setup) -> list[Phase]:
        tasks * p * fwd(agent, common.causal_context(p))
        + n * r * fwd(agent, common.sampler_context(p, r)),
        r * sampling_bytes(agent, state.agent.params)),
-      ("agent_reference", logprobs(agent, cc.agent_temperature),
+      ("agent_reference", logprobs(agent, cc.agent_temperature,
+                                   cc.agent_minibatches),
        (state.agent.ref_params,) + tuple(agent_batch[:4]),
        n * (p + r) * fwd(agent, common.causal_context(p + r)),
        _param_bytes(state.agent.ref_params)),
