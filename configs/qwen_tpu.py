@@ -1,8 +1,10 @@
 """GenEnv on text tasks with both players at Qwen2.5 shapes, on a Cloud TPU pod.
 
 Variants (`--config=configs/qwen_tpu.py:VARIANT`):
-  7b    (the default) Qwen2.5-7B players, 32 chips or more, a multiple of 4
-        (v4-64, v5p-64, v5litepod-32)
+  7b    (the default) Qwen2.5-7B players, 32 chips or more of 32 GiB HBM or
+        more, a multiple of 4 (v4-64, v5p-64); v5e's 16 GiB chips do not hold
+        it at 32 chips (v5litepod-32): the state alone is 7.1 GiB per chip and
+        a GRPO minibatch's update 10.8 GiB more (docs/tpu_pods.md)
   1.5b  Qwen2.5-1.5B players, a multiple of 8 chips
   0.5b  Qwen2.5-0.5B players, a multiple of 4 chips
   cpu   the 7b settings (remat, chunked log-probs) with tiny shapes, small
@@ -43,8 +45,11 @@ What each size sets (everything else is configs/text.py):
     updated in place (models/decoder.py); scanning compiles faster.
   - batches (all sizes): 16 seeds x 4 variations = 64 tasks written per step
     (the paper's batch 64 for the simulator), 16 replayed pool tasks, 8
-    attempts each = 640 attempts, trained in 10 GRPO minibatches of 64.
-    Keep num_seeds and each minibatch divisible by data x fsdp.
+    attempts each = 640 attempts, trained in GRPO minibatches (10 of 64;
+    20 of 32 at 7b, where a minibatch of 64 rows of 1,289 tokens needs 22.8
+    GiB of temporaries per v4 chip, 32 rows 10.8 GiB). The agent's reference
+    pass scores the attempts in as many row passes. Keep num_seeds and each
+    minibatch divisible by data x fsdp.
   - learning rates: the paper's AdamW 1e-6 (agent) and 5e-7 (simulator),
     from configs/text.py.
 """
@@ -55,25 +60,28 @@ import ml_collections
 
 from configs import text
 
-# Per size: the model preset and its (padded) vocabulary, mesh, remat policy
-# and log-prob chunk. At 7B, remat "dots_no_batch" (keep the projections'
-# outputs, ~0.1 MB per token per layer in bf16) would hold ~10 GB per chip for
-# one GRPO minibatch of 64 rows x ~500 tokens over 8 batch shards; "full"
-# keeps only each block's input (7 KB per token per layer) and recomputes the
-# rest in the backward pass.
+# Per size: the model preset and its (padded) vocabulary, mesh, remat policy,
+# log-prob chunk and GRPO minibatches. At 7B, remat "dots_no_batch" (keep the
+# projections' outputs, ~0.1 MB per token per layer in bf16) would hold ~20 GB
+# per chip for one GRPO minibatch of 64 rows x 1,289 tokens over 8 batch
+# shards; "full" keeps only each block's input (7 KB per token per layer) and
+# recomputes the rest in the backward pass. Even so the backward's attention
+# (scores f32[rows, heads, 1289, 1289] per layer, formed whole) makes a
+# 64-row minibatch's update need 22.8 GiB of temporaries per v4 chip; 20
+# minibatches of 32 rows need 10.8 GiB.
 SIZES = {
     "0.5b": dict(model="qwen2.5-0.5b", vocab_size=151936,
                  mesh=dict(data=-1, fsdp=4, tensor=1),
                  remat_policy="dots_no_batch", logprob_chunk_size=128,
-                 answer_tokens=1024),
+                 answer_tokens=1024, agent_minibatches=10),
     "1.5b": dict(model="qwen2.5-1.5b", vocab_size=151936,
                  mesh=dict(data=-1, fsdp=8, tensor=1),
                  remat_policy="dots_no_batch", logprob_chunk_size=64,
-                 answer_tokens=1024),
+                 answer_tokens=1024, agent_minibatches=10),
     "7b": dict(model="qwen2.5-7b", vocab_size=152064,
                mesh=dict(data=1, fsdp=-1, tensor=4),
                remat_policy="full", logprob_chunk_size=32,
-               answer_tokens=1024),
+               answer_tokens=1024, agent_minibatches=20),
 }
 DEFAULT_SIZE = "7b"
 VARIANTS = tuple(SIZES) + ("cpu",)
@@ -105,7 +113,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     _shrink_to_cpu(c)
   else:
     c.coevolve.update(num_seeds=16, variations=4, attempts=8,
-                      agent_minibatches=10)
+                      agent_minibatches=size["agent_minibatches"])
     c.task.max_answer_tokens = size["answer_tokens"]
     c.pool.replay_tasks = 16
   return c

@@ -225,10 +225,12 @@ def grpo_batch(config, players: Players, agent: PlayerState,
       valid=tasks.valid)
   response_mask = agent_out.mask & repeat(tasks.valid)[:, None]
   prompt, prompt_mask = repeat(tasks.prompt), repeat(tasks.prompt_mask)
-  ref_logp = jax.lax.stop_gradient(policy.response_logprobs(
+  # Scored in as many passes as the update has minibatches: no pass holds
+  # more rows' activations than one minibatch's forward.
+  ref_logp = jax.lax.stop_gradient(policy.response_logprobs_by_rows(
       players.agent_model, agent.ref_params, prompt, prompt_mask,
       agent_out.tokens, response_mask, config.coevolve.agent_temperature,
-      _chunk_size(config)).logp)
+      _chunk_size(config), config.coevolve.agent_minibatches).logp)
   old_logp = jnp.where(response_mask, agent_out.logprobs, 0.0)
   return AgentBatch(prompt, prompt_mask, agent_out.tokens, response_mask,
                     old_logp, ref_logp, advantages)

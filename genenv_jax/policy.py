@@ -165,6 +165,39 @@ def response_logprobs(model_config: ModelConfig, params, prompt: jax.Array,
                         jnp.where(response_mask, entropy, zeros))
 
 
+def response_logprobs_by_rows(model_config: ModelConfig, params,
+                              prompt: jax.Array, prompt_mask: jax.Array,
+                              response: jax.Array, response_mask: jax.Array,
+                              temperature: float = 1.0,
+                              chunk_size: int = DEFAULT_CHUNK_SIZE,
+                              row_chunks: int = 1) -> ResponseScores:
+  """`response_logprobs` of N rows in `row_chunks` passes of N / row_chunks
+  rows each (a `lax.map`), for forward-only scoring of a large batch: a pass
+  holds the decoder activations of its rows only (attention scores f32[N /
+  row_chunks, H, P+R, P+R], not N rows' worth). Pass c scores rows c,
+  c + row_chunks, c + 2 * row_chunks, ...: a device holding a contiguous block
+  of rows whose size row_chunks divides holds its share of every pass, so
+  the passes stay split over the batch's mesh axes with no resharding.
+
+  Args and returns as `response_logprobs`; row_chunks must divide N (1 scores
+  all rows in one pass).
+  """
+  n = prompt.shape[0]
+  if row_chunks < 1 or n % row_chunks:
+    raise ValueError(f"row_chunks={row_chunks} must be >= 1 and divide the "
+                     f"{n} rows scored.")
+  score = lambda p, pm, r, rm: response_logprobs(
+      model_config, params, p, pm, r, rm, temperature, chunk_size)
+  if row_chunks == 1:
+    return score(prompt, prompt_mask, response, response_mask)
+  split = lambda x: x.reshape((n // row_chunks, row_chunks) + x.shape[1:]
+                              ).swapaxes(0, 1)
+  scores = jax.lax.map(lambda xs: score(*xs), tuple(
+      split(x) for x in (prompt, prompt_mask, response, response_mask)))
+  return ResponseScores(*(x.swapaxes(0, 1).reshape((n,) + x.shape[2:])
+                          for x in scores))
+
+
 def nll_loss(model_config: ModelConfig, params, prompt, prompt_mask, response,
              response_mask, chunk_size: int = DEFAULT_CHUNK_SIZE) -> jax.Array:
   """Mean token negative log-likelihood of responses (supervised warm-start)."""

@@ -165,6 +165,26 @@ def test_chunked_gradient_never_forms_response_by_vocab_arrays(tie_embeddings):
   assert largest(chunk_size) == N * chunk_size
 
 
+def test_scoring_by_rows_equals_one_pass():
+  config, params, batch = _config(False), _params(False), _batch()
+  prompt, prompt_mask, response, response_mask, _ = batch
+
+  def both(params, *rows):
+    return [policy.response_logprobs_by_rows(config, params, *rows,
+                                             TEMPERATURE, 3, row_chunks)
+            for row_chunks in (1, N)]
+
+  whole, by_rows = _run_compiled(both, params, prompt, prompt_mask, response,
+                                 response_mask)
+  for a, b in zip(by_rows, whole):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+  assert np.all(np.asarray(by_rows.logp)[response_mask] < 0.0)
+  with pytest.raises(ValueError, match="row_chunks=2 must be >= 1 and divide "
+                     "the 3 rows"):
+    policy.response_logprobs_by_rows(config, params, *batch[:4],
+                                     row_chunks=2)
+
+
 def test_nll_loss_is_the_mean_masked_negative_log_prob():
   config, params = _config(True), _params(True)
   prompt, prompt_mask, response, response_mask, _ = _batch()

@@ -285,8 +285,9 @@ def _param_bytes(params, dtype=None) -> float:
   return total
 
 
-def phases(setup: Setup) -> list[Phase]:
-  """Compiles each phase of the step on its own (see the module doc)."""
+def phases(setup: Setup, only: tuple[str, ...] = ()) -> list[Phase]:
+  """Compiles each phase of the step on its own (see the module doc), or
+  only those named in `only` (when not empty)."""
   config, domain, players = setup.config, setup.domain, setup.players
   cc = config.coevolve
   chunk = cc.get("logprob_chunk_size", policy.DEFAULT_CHUNK_SIZE)
@@ -306,9 +307,11 @@ def phases(setup: Setup) -> list[Phase]:
     return sample(model, coevolve.params_for_sampling(
         model, params, cc.sampling_layout), prompt, mask, key, sampling, num)
 
-  def logprobs(model, temperature):
-    return lambda params, prompt, pmask, resp, rmask: policy.response_logprobs(
-        model, params, prompt, pmask, resp, rmask, temperature, chunk).logp
+  def logprobs(model, temperature, row_chunks=1):
+    return lambda params, prompt, pmask, resp, rmask: (
+        policy.response_logprobs_by_rows(model, params, prompt, pmask, resp,
+                                         rmask, temperature, chunk,
+                                         row_chunks).logp)
 
   def sampling_bytes(model, params):
     # A decode step reads the sampling copy of the weights (in the compute
@@ -338,10 +341,11 @@ def phases(setup: Setup) -> list[Phase]:
        tasks * p * fwd(agent, common.causal_context(p))
        + n * r * fwd(agent, common.sampler_context(p, r)),
        r * sampling_bytes(agent, state.agent.params)),
-      ("agent_reference", logprobs(agent, cc.agent_temperature),
+      ("agent_reference", logprobs(agent, cc.agent_temperature,
+                                   cc.agent_minibatches),
        (state.agent.ref_params,) + tuple(agent_batch[:4]),
        n * (p + r) * fwd(agent, common.causal_context(p + r)),
-       _param_bytes(state.agent.ref_params)),
+       cc.agent_minibatches * _param_bytes(state.agent.ref_params)),
       ("agent_update",
        lambda st, batch, k: coevolve.agent_update(config, players, st, batch, k),
        (state.agent, agent_batch, setup.key()),
@@ -371,8 +375,14 @@ def phases(setup: Setup) -> list[Phase]:
         gen * (pe + lt) * (train(sim, common.causal_context(pe + lt))
                            + fwd(sim, common.causal_context(pe + lt))),
         4 * _param_bytes(state.simulator.params)))
+  unknown = set(only) - {spec[0] for spec in specs}
+  if unknown:
+    raise ValueError(f"--phase_names: unknown {sorted(unknown)}; expected "
+                     f"some of {[spec[0] for spec in specs]}.")
   out = []
   for name, fn, args, flops, weight_bytes in specs:
+    if only and name not in only:
+      continue
     out.append(Phase(compile_program(name, setup.jit(fn), *args),
                      flops / devices, weight_bytes))
   return out
@@ -431,13 +441,14 @@ def report(tpu_slice: slices.Slice, setup: Setup, progs: list[Program],
 
 def run(config, topology: str, heldout_rows: int = 512,
         with_phases: bool = True,
-        only: tuple[str, ...] = PROGRAMS) -> tuple[str, bool]:
+        only: tuple[str, ...] = PROGRAMS,
+        phase_names: tuple[str, ...] = ()) -> tuple[str, bool]:
   """Compiles the programs `only` names (and with_phases, the phases) for
   slice `topology`; returns (report, fits)."""
   tpu_slice = slices.parse_slice(topology)
   setup = Setup(config, tpu_slice, topology_devices(tpu_slice))
   progs = programs(setup, heldout_rows, only)
-  phase_list = phases(setup) if with_phases else []
+  phase_list = phases(setup, phase_names) if with_phases else []
   return report(tpu_slice, setup, progs, phase_list)
 
 
@@ -447,7 +458,10 @@ def main(argv):
   if not FLAGS.topology:
     raise app.UsageError("--topology is required, e.g. --topology=v4-64.")
   text, fits = run(FLAGS.config, FLAGS.topology, FLAGS.heldout_rows,
-                    FLAGS.phases, tuple(FLAGS.programs) or PROGRAMS)
+                    FLAGS.phases,
+                    tuple(p for p in FLAGS.programs if p != "none")
+                    if FLAGS.programs else PROGRAMS,
+                    tuple(FLAGS.phase_names))
   print(text, flush=True)
   sys.exit(0 if fits else 1)
 
@@ -465,7 +479,9 @@ def define_flags() -> None:
                        "(its test split's size).")
   flags.DEFINE_list("programs", [], "Compile only these programs (default: "
                     "all of warmstart_agent, warmstart_simulator, coevolve_step, "
-                    "heldout).")
+                    "heldout; 'none' compiles none of them).")
+  flags.DEFINE_list("phase_names", [], "With --phases, compile only these "
+                    "phases (default: all; names as in the module doc).")
   flags.DEFINE_bool("phases", True, "Also compile each phase of the step on its "
                     "own for the roofline (takes about as long again).")
 
