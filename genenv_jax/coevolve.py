@@ -1,11 +1,18 @@
 """One co-evolution step as a single pure function, compiled once with jax.jit.
 
-    seeds ~ D_train ─► simulator writes m tasks per seed ─► domain.parse
-      ─► agent attempts each task G times ─► domain.verify (reward per attempt)
-      ─► curriculum: p̂, R_env = exp(-β(p̂-α)²), band filter, RWR weights
-      ─► agent: GRPO (+KL to its reference) │ simulator: RWR or PG
-         (+KL to the initial simulator, KL cap per update) or frozen
-      ─► valid tasks → D_train; kept generations → D_env; scalar metrics
+`make_step` chains the stage functions below:
+
+    write_tasks         1-2  seeds ~ D_train ─► simulator writes m tasks per
+                             seed ─► domain.parse
+    replay_tasks, attempt 3-4  + Q tasks from D_train ─► agent attempts each
+                             G times ─► domain.verify (reward per attempt)
+    curriculum_signals  5    p̂, R_env = exp(-β(p̂-α)²), band filter, RWR weights
+    grpo_batch ─► agent_update           6  GRPO (+KL to its reference)
+    simulator_batch ─► simulator_update  7  RWR (D_env optionally replayed)
+                             or PG (+KL to the initial simulator, KL cap per
+                             update), or frozen
+    update_pools, step_metrics  8  valid tasks → D_train; kept generations →
+                             D_env; metrics as (sum, count) pairs
 
 Shapes: S seeds, m variations per seed, M = S·m generated tasks, Q replayed
 pool tasks, T = M + Q agent tasks, G attempts per task, N = T·G attempts.
