@@ -1,6 +1,6 @@
 """Chat generation from a Hugging Face checkpoint with our decoder and sampler.
 
-`python -m models.hf generate --hf_dir DIR --prompts FILE.jsonl
+`python -m train.tools.generate --hf_dir DIR --prompts FILE.jsonl
 --max_new_tokens N [--temperature T]` runs `generate_jsonl`: each input line
 is {"prompt": "..."} (one user turn) or {"messages": [{"role", "content"},
 ...]}; the tokenizer's chat template renders it with the assistant's turn

@@ -33,15 +33,10 @@ Command line (`python -m models.hf VERB --help`):
   verify --hf_dir DIR             our logits vs transformers' on random tokens
   import --hf_dir DIR --out PATH  HF directory -> orbax checkpoint
   export --ckpt PATH --out DIR    orbax checkpoint -> HF directory
-  export --run DIR [--step N] --player agent|simulator --out DIR
-         [--dtype bfloat16|float32]
-                                  one player of a training run -> HF
-                                  directory (`train.export`)
-  generate --hf_dir DIR --prompts FILE.jsonl --max_new_tokens N
-         [--temperature T]        chat completions, one JSON line per prompt
-                                  (`genenv_jax.generate`)
-The last two verbs import the driver (`train`) and the sampler
-(`genenv_jax`) inside the command; the library above never does.
+A training run's player goes to an HF directory with `python -m
+train.tools.export_player`, and chat completions from an HF directory come
+from `python -m train.tools.generate` (they need the driver and the sampler,
+which sit above this package).
 """
 
 from __future__ import annotations
@@ -712,39 +707,17 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--scan_layers", action="store_true",
                  help="stack the layers for nn.scan")
   p.add_argument("--param_dtype", default="float32")
-  p = verbs.add_parser("export", help="orbax checkpoint or a training run's "
-                       "player -> HF directory")
-  source = p.add_mutually_exclusive_group(required=True)
-  source.add_argument("--ckpt", help="a checkpoint written by `import`")
-  source.add_argument("--run", help="a training run's workdir (train.main "
-                      "--workdir): exports one player of its checkpoints")
-  p.add_argument("--out", required=True, help="HF directory to write (local "
-                 "or gs://)")
-  p.add_argument("--step", type=int, default=None,
-                 help="with --run: the checkpoint's step (default latest)")
-  p.add_argument("--player", choices=("agent", "simulator"), default=None,
-                 help="with --run: which player")
+  p = verbs.add_parser("export", help="orbax checkpoint -> HF directory")
+  p.add_argument("--ckpt", required=True,
+                 help="a checkpoint written by `import`")
+  p.add_argument("--out", required=True, help="HF directory to write")
   p.add_argument("--dtype", choices=("bfloat16", "float32"), default=None,
-                 help="weights on disk (default: bfloat16 with --run, the "
-                 "checkpoint's with --ckpt)")
-  p.add_argument("--max_shard_bytes", type=int, default=MAX_SHARD_BYTES,
-                 help="with --run: largest safetensors file")
+                 help="weights on disk (default: the checkpoint's)")
   p.add_argument("--model_type", choices=SUPPORTED_MODEL_TYPES, default=None,
-                 help="with --ckpt; default: qwen2 if the model has q/k/v "
-                 "bias, else llama (the only valid choice for biased models)")
+                 help="default: qwen2 if the model has q/k/v bias, else llama "
+                 "(the only valid choice for biased models)")
   p.add_argument("--tokenizer_dir", default=None,
-                 help="with --ckpt: copy tokenizer files from here")
-  p = verbs.add_parser("generate", help="chat completions from an HF "
-                       "directory with our decoder and sampler")
-  p.add_argument("--hf_dir", required=True)
-  p.add_argument("--prompts", required=True, help='JSONL: {"prompt": ...} or '
-                 '{"messages": [...]} per line')
-  p.add_argument("--max_new_tokens", type=int, required=True)
-  p.add_argument("--temperature", type=float, default=0.0,
-                 help="0 (default): greedy")
-  p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--dtype", choices=("bfloat16", "float32"),
-                 default="float32", help="compute dtype")
+                 help="copy tokenizer files from here")
   return parser
 
 
@@ -761,24 +734,6 @@ def main(argv: list[str] | None = None) -> int:
                                     scan_layers=args.scan_layers)
     path = save_checkpoint(args.out, params, config)
     print(f"wrote {path}")
-    return 0
-  if args.verb == "generate":
-    # The sampler lives above `models` (genenv_jax); only this verb needs it.
-    from genenv_jax import generate  # pylint: disable=import-outside-toplevel
-    for line in generate.generate_jsonl(
-        args.hf_dir, args.prompts, args.max_new_tokens, args.temperature,
-        args.seed, args.dtype):
-      print(json.dumps(line), flush=True)
-    return 0
-  if args.run is not None:
-    if args.player is None:
-      raise SystemExit("export --run needs --player agent|simulator.")
-    # Reading a run needs the driver's config and domain; only this verb does.
-    from train import export  # pylint: disable=import-outside-toplevel
-    summary = export.export_player(args.run, args.player, args.out, args.step,
-                                   args.dtype or "bfloat16",
-                                   args.max_shard_bytes)
-    print(json.dumps(summary))
     return 0
   params, config = load_checkpoint(args.ckpt)
   model_type = args.model_type or ("qwen2" if config.qkv_bias else "llama")

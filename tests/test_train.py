@@ -14,6 +14,7 @@ from genenv_jax import pool as pool_lib
 from genenv_jax.tasks import ArithmeticDomain
 from train.tools import agent_breakdown
 from train.tools import agent_probe
+from train.tools import export_player
 from train import checkpointing
 from train import datasets
 from train import heldout
@@ -332,7 +333,7 @@ def test_agent_breakdown_greedy_accuracy_is_the_runs_heldout_accuracy(
 
 def test_exported_player_loads_in_transformers_with_our_logits(uninterrupted,
                                                                tmp_path):
-  """`models.hf export --run` writes the agent of the run's latest checkpoint
+  """`python -m train.tools.export_player` writes the agent of the run's latest checkpoint
   as a sharded HF directory: its weights are the checkpoint's, transformers
   loads it, its logits match our decoder's and it generates; the default
   export writes bfloat16."""
@@ -344,9 +345,9 @@ def test_exported_player_loads_in_transformers_with_our_logits(uninterrupted,
   from safetensors import safe_open  # pylint: disable=g-import-not-at-top
   config, workdir, _ = uninterrupted
   out = tmp_path / "agent"
-  assert hf.main(["export", "--run", workdir, "--player", "agent", "--out",
-                  str(out), "--dtype", "float32",
-                  "--max_shard_bytes", "4096"]) == 0
+  assert export_player.main(["--run", workdir, "--player", "agent", "--out",
+                             str(out), "--dtype", "float32",
+                             "--max_shard_bytes", "4096"]) == 0
   index = json.loads((out / hf.SHARDED_INDEX_FILE).read_text())
   assert len(set(index["weight_map"].values())) > 1
   domain = get_domain(config.task)
@@ -373,8 +374,8 @@ def test_exported_player_loads_in_transformers_with_our_logits(uninterrupted,
   assert generated.shape == (1, 15)
 
   bf16 = tmp_path / "simulator"
-  assert hf.main(["export", "--run", workdir, "--player", "simulator",
-                  "--step", "0", "--out", str(bf16)]) == 0
+  assert export_player.main(["--run", workdir, "--player", "simulator",
+                             "--step", "0", "--out", str(bf16)]) == 0
   shard = next(iter(json.loads(
       (bf16 / hf.SHARDED_INDEX_FILE).read_text())["weight_map"].values()))
   with safe_open(str(bf16 / shard), framework="np") as f:

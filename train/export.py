@@ -1,6 +1,6 @@
 """One player of a training run, written as a Hugging Face checkpoint.
 
-  python -m models.hf export --run DIR [--step N] --player agent|simulator \
+  python -m train.tools.export_player --run DIR [--step N] --player agent|simulator \
       --out DIR [--dtype bfloat16|float32]
 
 Reads the run's config.json (the player's architecture: its `hf_dir`, or its
