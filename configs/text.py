@@ -65,6 +65,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                # the task delimiter; from it on must fit a row
       task_delimiter_variants=list(TASK_DELIMITER_VARIANTS),
       answer_delimiter_variants=list(ANSWER_DELIMITER_VARIANTS),
+      answer_ends="eos",       # eos | line_break: where the written answer ends
       use_chat_template=True,
       # Prompts: {seed} / {task} mark where the seed task / the new task go;
       # {task_delimiter}, {answer_delimiter} and {signal} are filled in too.
@@ -151,6 +152,11 @@ def _smollm(c: ml_collections.ConfigDict) -> None:
   c.simulator.learning_rate = 5e-7
   c.task.update(
       tokenizer_dir=model_dir, pad_token="<|endoftext|>",  # its pad is its eos
+      # SmolLM2-135M follows a shown example better than a described format, and
+      # often comments after the answer's line.
+      simulator_instruction=("Here is an example:\n{seed}\n\n"
+                             "Write another example in the same format."),
+      answer_ends="line_break",
       verifier="f1", answer_from="all",
       agent_instruction="{task}\nAnswer with only the answer, in a few words.",
       max_task_tokens=32, max_answer_tokens=8, max_response_tokens=16,
@@ -159,8 +165,10 @@ def _smollm(c: ml_collections.ConfigDict) -> None:
                                         "data", "smollm_seed"),
                 test_fraction=0.0)
   # Sampling from the sharded weights: no whole copy of each player per device.
+  # At temperature 1 SmolLM2-135M rarely keeps to a format; 0.7 keeps it often.
   c.coevolve.update(num_steps=20, num_seeds=2, variations=2, attempts=4,
-                    agent_minibatches=2, sampling_layout="training")
+                    agent_minibatches=2, sampling_layout="training",
+                    simulator_temperature=0.7, agent_temperature=0.7)
   c.curriculum.success_threshold = 0.5  # f1 >= 0.5 counts as solved
   c.pool.update(capacity=256, num_base=32, base_max_difficulty=2, replay_tasks=2,
                 generation_capacity=32)

@@ -263,7 +263,7 @@ def agent_update(config, players: Players, agent: PlayerState,
     loss, metrics = losses.grpo_loss(scores.logp, minibatch.old_logp,
                                      minibatch.ref_logp, minibatch.mask,
                                      minibatch.advantages, config.grpo, entropy)
-    mismatch = _masked_mean(
+    mismatch = masked_ratio(
         jnp.abs(jax.lax.stop_gradient(scores.logp) - minibatch.old_logp),
         minibatch.mask)
     return loss, dict(metrics, logp_mismatch=mismatch)
@@ -297,7 +297,7 @@ def agent_update(config, players: Players, agent: PlayerState,
       jax.random.split(rng, cc.agent_epochs))
   skipped = metrics.pop("skipped_updates").sum()
   # |sampler - trainer| log-prob where the trainer still has the sampler's
-  # params: the first minibatch of the first epoch.
+  # params: the first minibatch of the first epoch, a `ratio` (sum, count).
   mismatch = metrics.pop("logp_mismatch")[0, 0]
   metrics = dict(jax.tree.map(jnp.mean, metrics), skipped_updates=skipped,
                  logp_mismatch=mismatch)
@@ -346,7 +346,7 @@ def simulator_update(config, players: Players, simulator: PlayerState,
   def with_mismatch(loss_and_metrics, logp):
     # |sampler - trainer| log-prob under the pre-update params.
     loss, metrics = loss_and_metrics
-    mismatch = _masked_mean(
+    mismatch = masked_ratio(
         jnp.abs(jax.lax.stop_gradient(logp) - batch.old_logp), step_mask)
     return loss, dict(metrics, logp_mismatch=mismatch)
 
@@ -481,12 +481,12 @@ def step_metrics(domain: TaskDomain, state: CoevolveState,
       "pool/size": per_step(state.pool.size),
       "pool/env_size": per_step(state.generation_pool.size),
   }
-  for name in ("kl", "loss", "clip_frac", "grad_norm", "skipped_updates",
-               "logp_mismatch"):
+  for name in ("kl", "loss", "clip_frac", "grad_norm", "skipped_updates"):
     metrics[f"agent/{name}"] = per_step(agent_metrics[name])
+  # Mean |sampler - trainer| log-prob over the tokens measured (a ratio).
+  metrics["agent/logp_mismatch"] = agent_metrics["logp_mismatch"]
   simulator_metrics = dict(simulator_metrics)
-  metrics["env/logp_mismatch"] = per_step(
-      simulator_metrics.pop("logp_mismatch"))
+  metrics["env/logp_mismatch"] = simulator_metrics.pop("logp_mismatch")
   if fresh.delimiter is not None:  # tasks opened by another delimiter spelling
     metrics["env/delimiter_variant_frac"] = masked_ratio(fresh.delimiter > 0,
                                                          fresh.valid)
@@ -579,7 +579,7 @@ def make_step(config, domain: TaskDomain, players: Players
         batch.task_mask & batch.valid[:, None])
     if frozen:  # its params are its initial (reference) ones
       simulator, simulator_metrics = state.simulator, {
-          "logp_mismatch": _masked_mean(
+          "logp_mismatch": masked_ratio(
               jnp.abs(batch.ref_logp - batch.old_logp),
               batch.task_mask & batch.valid[:, None])}
     else:

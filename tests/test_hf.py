@@ -351,8 +351,10 @@ def test_verify_cli_end_to_end(saved):
   assert 0.0 <= float(value) <= TOL
 
 
-def test_verify_cli_fails_above_tolerance(monkeypatch, capsys):
-  monkeypatch.setattr(hf, "verify", lambda *a: 3 * TOL)
-  assert hf.main(["verify", "--hf_dir", "unused"]) == 1
-  assert capsys.readouterr().out.splitlines()[-1] == (
-      f"max_abs_logit_diff={3 * TOL}")
+def test_verify_cli_fails_above_tolerance_relative_to_the_logits(monkeypatch, capsys):
+  # The tolerance is VERIFY_RTOL of the largest |logit| (at least 1).
+  for diff, scale, code in ((2e-4, 30.0, 0), (4e-4, 30.0, 1), (2e-5, 0.5, 1),
+                            (5e-6, 0.5, 0)):
+    monkeypatch.setattr(hf, "verify", lambda *a, d=diff, s=scale: hf.Verification(d, s))
+    assert hf.main(["verify", "--hf_dir", "unused"]) == code, (diff, scale)
+    assert capsys.readouterr().out.splitlines()[-1] == f"max_abs_logit_diff={diff}"

@@ -27,8 +27,9 @@ NEW_TOKENS = 24
 
 
 def test_verify_matches_transformers(smollm2_dir):
-  diff = hf.verify(smollm2_dir, batch=2, length=16, log=lambda _: None)
-  assert diff < 5e-4, diff
+  result = hf.verify(smollm2_dir, batch=2, length=16, log=lambda _: None)
+  assert result.max_abs_logit > 1.0  # a real model's logits, not a blank head
+  assert result.passed, result
 
 
 def test_stop_ids_come_from_the_generation_config(smollm2_dir, tmp_path):

