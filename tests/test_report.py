@@ -13,6 +13,7 @@ import pytest
 
 from configs import default
 from train.tools import sweep_report as report
+from train import heldout
 from train import run_report
 
 NUM_STEPS = 6
@@ -58,6 +59,8 @@ def _write_run(sweep_dir, arm, alpha, seed, final=None, start="matched"):
       records.append(dict(zip(
           ("eval/accuracy", "eval/accuracy_d1", "eval/accuracy_d2"), values),
           step=step))
+      if step == NUM_STEPS:  # level 2 against the warm-start, task by task
+        records[-1].update({"eval/fixed_d2": 3 + seed, "eval/broken_d2": 1})
   with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
     f.writelines(json.dumps(r) + "\n" for r in records)
   return config
@@ -232,6 +235,16 @@ def test_dynamics_row_gives_one_runs_start_band_difficulty_and_levels(written):
   assert cells[6] == "1.10 → 1.60"
   final = FINAL[("genenv", 0.3, 0)]
   assert cells[7:] == [f"0.500 → {final[1]:.3f}", f"0.100 → {final[2]:.3f}"]
+
+
+def test_fixed_and_broken_sum_over_seeds_with_their_sign_test(written):
+  _, _, text = written
+  header = "| arm | α | n | d2 fixed / broken (sign test)"
+  assert header + " |" in text  # no d1 column: no run measured level 1
+  cells = _row(text, "genenv", 0.5, header)
+  fixed, broken = 3 + 4 + 5, 3  # seeds 0, 1, 2
+  assert cells[2:] == ["3", f"{fixed} / {broken} (p={heldout.sign_test_p(fixed, broken):.2g})"]
+  assert heldout.sign_test_p(fixed, broken) < 0.05
 
 
 def test_run_summary_averages_the_last_evaluations_per_level():

@@ -19,6 +19,7 @@ import re
 
 import numpy as np
 
+from train import heldout
 from train import metrics_log
 from train import run_report
 
@@ -228,6 +229,32 @@ def comparison_table(groups) -> list[str]:
                 + [f"Δ d{d} [95% CI]" for d in levels], rows)
 
 
+def fixed_broken_table(groups) -> list[str]:
+  """Task by task against each run's warm-started agent (its step 0): per
+  (arm, α) and level, the held-out tasks the final agent answers right and
+  its warm-start did not (fixed) and the other way round (broken), summed over
+  the seeds, with the sign test's p on those sums (train/heldout.py)."""
+  levels = [d for d in _levels([r for runs in groups.values() for r in runs])
+            if any(f"eval/fixed_d{d}" in r.summary
+                   for runs in groups.values() for r in runs)]
+  if not levels:
+    return []
+  rows = []
+  for (arm, alpha), runs in groups.items():
+    row = [arm, f"{alpha:g}", str(len(runs))]
+    for d in levels:
+      paired = [r for r in runs if f"eval/fixed_d{d}" in r.summary]
+      if not paired:
+        row.append("–")
+        continue
+      fixed = sum(int(r.summary[f"eval/fixed_d{d}"]) for r in paired)
+      broken = sum(int(r.summary[f"eval/broken_d{d}"]) for r in paired)
+      row.append(f"{fixed} / {broken} (p={heldout.sign_test_p(fixed, broken):.2g})")
+    rows.append(row)
+  return _table(["arm", "α", "n"] + [f"d{d} fixed / broken (sign test)"
+                                     for d in levels], rows)
+
+
 def dynamics_table(groups) -> list[str]:
   """One row per run: what a co-evolution run is judged by. The success rate
   in its first log window and over the second half of the logged steps, the
@@ -417,6 +444,13 @@ def write_report(sweep_dir: str, out_dir: str, command: str) -> str:
               "\"arm [start]\" names a simulator start other than "
               "\"matched\" (config.warmstart.simulator_start).", ""]
     lines += comparison + [""]
+  fixed_broken = fixed_broken_table(groups)
+  if fixed_broken:
+    lines += ["## Against the warm-start, task by task", "",
+              "Held-out tasks each run's final agent answers right where its "
+              "warm-started agent (step 0) did not (fixed), and wrong where "
+              "it did (broken), summed over the seeds; p: two-sided sign test "
+              "on the sums.", ""] + fixed_broken + [""]
   alphas = alpha_table(groups)
   if alphas:
     lines += ["## α sweep", ""] + alphas + ["", "![success rate vs α]"
