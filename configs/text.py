@@ -145,9 +145,11 @@ def _smollm(c: ml_collections.ConfigDict) -> None:
   c.mesh.update(data=1, fsdp=-1, tensor=1)
   for player in (c.agent, c.simulator):
     player.hf_dir = model_dir
-    # Scanned layers: one block in the compiled step, not 30 (compile time, memory).
-    player.model_overrides = ml_collections.ConfigDict(dict(dtype="float32",
-                                                            scan_layers=True))
+    # Scanned layers: one block in the compiled step, not 30 (compile time,
+    # memory); each block recomputed in the backward pass (remat "full"), so
+    # the updates do not keep 30 layers of activations.
+    player.model_overrides = ml_collections.ConfigDict(dict(
+        dtype="float32", scan_layers=True, remat_policy="full"))
   c.agent.learning_rate = 1e-6
   c.simulator.learning_rate = 5e-7
   c.task.update(
@@ -166,11 +168,13 @@ def _smollm(c: ml_collections.ConfigDict) -> None:
                 test_fraction=0.0)
   # Sampling from the sharded weights: no whole copy of each player per device.
   # At temperature 1 SmolLM2-135M rarely keeps to a format; 0.7 keeps it often.
-  c.coevolve.update(num_steps=20, num_seeds=2, variations=2, attempts=4,
+  # 8 generations and (8 + 4 replayed) x 4 = 48 attempts a step: rows that
+  # split evenly over up to 8 CPU devices (a minibatch: 24 rows).
+  c.coevolve.update(num_steps=20, num_seeds=4, variations=2, attempts=4,
                     agent_minibatches=2, sampling_layout="training",
                     simulator_temperature=0.7, agent_temperature=0.7)
   c.curriculum.success_threshold = 0.5  # f1 >= 0.5 counts as solved
-  c.pool.update(capacity=256, num_base=32, base_max_difficulty=2, replay_tasks=2,
+  c.pool.update(capacity=256, num_base=32, base_max_difficulty=2, replay_tasks=4,
                 generation_capacity=32)
   c.eval.every_steps = 1000  # held-out eval off in short runs
   c.log_every = 1

@@ -1,23 +1,27 @@
 """GenEnv with a real chat model for both players: configs/text.py:smollm
 (SmolLM2-135M-Instruct, built once into the cache by train.tools.real_models)
-runs a few co-evolution steps on the project's tiny seed set on the CPU mesh."""
+runs a few co-evolution steps on the project's tiny seed set, as the README's
+command runs it: `python -m train.main` on 2 CPU devices."""
 
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 
-from configs import text as text_config
-from train import loop
+from train import cpu_flags
 from train import metrics_log
 
-
-# Measured peak resident memory of the run (two 135M-parameter players with their
-# references and AdamW states, f32, and the compiled step): about 13.5 GB.
-NEEDED_GIB = 16
-
-
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The run's peak resident memory on 2 CPU devices (two 135M-parameter f32
+# players with their references and AdamW states, and the compiled step):
+# 11.8 GB measured (docs/text_tasks.md). On the tests' 8 devices it passes 18 GB,
+# so the run gets 2, as on a 2-core machine.
+NEEDED_GIB = 14
+DEVICES = 2
 def _available_gib() -> float:
   with open("/proc/meminfo", encoding="ascii") as f:
     fields = dict(line.split(":", 1) for line in f)
@@ -31,14 +35,18 @@ def enough_memory():
                 f"{_available_gib():.1f} GiB available")
 
 
-def test_smollm2_players_run_the_text_step(enough_memory, smollm2_dir, tmp_path,
-                                           monkeypatch):
-  monkeypatch.setenv("GENENV_SMOLLM2_DIR", smollm2_dir)
-  config = text_config.get_config("smollm")
-  assert config.agent.hf_dir == smollm2_dir == config.task.tokenizer_dir
-  config.coevolve.num_steps = 2
-  config.checkpoint_every = 1000  # only the step-0 and the final checkpoint
-  loop.train_and_evaluate(config, str(tmp_path))
+def test_smollm2_players_run_the_text_step(enough_memory, smollm2_dir, tmp_path):
+  env = dict(os.environ, GENENV_SMOLLM2_DIR=smollm2_dir, PYTHONPATH=ROOT,
+             XLA_FLAGS=cpu_flags.with_device_count(os.environ.get("XLA_FLAGS", ""),
+                                                   DEVICES))
+  result = subprocess.run(
+      [sys.executable, "-m", "train.main", "--config=configs/text.py:smollm",
+       f"--workdir={tmp_path}", "--config.coevolve.num_steps=2",
+       "--config.checkpoint_every=1000"],  # only the step-0 and final checkpoints
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(tmp_path / "config.json") as f:
+    assert smollm2_dir in f.read()  # both players and the tokenizer
 
   records = metrics_log.read_metrics(str(tmp_path / metrics_log.METRICS_FILE))
   steps = {r["step"]: r for r in records if "env/valid_frac" in r}
