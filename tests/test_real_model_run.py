@@ -1,7 +1,7 @@
 """GenEnv with a real chat model for both players: configs/text.py:smollm
 (SmolLM2-135M-Instruct, built once into the cache by train.tools.real_models)
-runs a few co-evolution steps on the project's tiny seed set, as the README's
-command runs it: `python -m train.main` on 2 CPU devices."""
+runs a few co-evolution steps on the project's tiny seed set through the README's
+command, `python -m train.main`, on 2 CPU devices at small batches."""
 
 from __future__ import annotations
 
@@ -42,6 +42,9 @@ def test_smollm2_players_run_the_text_step(enough_memory, smollm2_dir, tmp_path)
   result = subprocess.run(
       [sys.executable, "-m", "train.main", "--config=configs/text.py:smollm",
        f"--workdir={tmp_path}", "--config.coevolve.num_steps=2",
+       # Smaller batches than the preset's (which split over 8 devices): 2
+       # generations, (2 + 2 replayed) x 4 = 16 attempts in 2 minibatches.
+       "--config.coevolve.num_seeds=1", "--config.pool.replay_tasks=2",
        "--config.checkpoint_every=1000"],  # only the step-0 and final checkpoints
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
   assert result.returncode == 0, result.stderr[-3000:]
