@@ -1,10 +1,9 @@
 """GenEnv on text tasks with both players at Qwen2.5 shapes, on a Cloud TPU pod.
 
 Variants (`--config=configs/qwen_tpu.py:VARIANT`):
-  7b    (the default) Qwen2.5-7B players, 32 chips or more of 32 GiB HBM or
-        more, a multiple of 4 (v4-64, v5p-64); v5e's 16 GiB chips do not hold
-        it at 32 chips (v5litepod-32): the state alone is 7.1 GiB per chip and
-        a GRPO minibatch's update 10.8 GiB more (docs/tpu_pods.md)
+  7b    (the default) Qwen2.5-7B players, 32 chips or more, a multiple of 4
+        (v4-64, v5p-64, v5litepod-32): the whole step compiled for v4-64 peaks
+        at 12.9 GiB per chip (docs/tpu_pods.md)
   1.5b  Qwen2.5-1.5B players, a multiple of 8 chips
   0.5b  Qwen2.5-0.5B players, a multiple of 4 chips
   cpu   the 7b settings (remat, chunked log-probs) with tiny shapes, small
@@ -41,8 +40,11 @@ What each size sets (everything else is configs/text.py):
   - Chip counts assume megacore on v4 and v5p (one JAX device per chip, as
     TPU VMs run them); `python -m train.bench.compile_check` compiles a
     variant for a slice on a CPU host (docs/tpu_pods.md).
-  - scan_layers=False: the sampler then decodes with a per-layer KV cache
-    updated in place (models/decoder.py); scanning compiles faster.
+  - scan_layers: True at 7b, where the unscanned step's compile needs more
+    than 18 GB of host memory and 30 CPU-minutes (too much for the preflight
+    on a workstation) and the scanned one 8.4 GB; False below, where the
+    sampler then decodes with a per-layer KV cache updated in place
+    (models/decoder.py).
   - batches (all sizes): 16 seeds x 4 variations = 64 tasks written per step
     (the paper's batch 64 for the simulator), 16 replayed pool tasks, 8
     attempts each = 640 attempts, trained in GRPO minibatches (10 of 64;
@@ -73,15 +75,15 @@ SIZES = {
     "0.5b": dict(model="qwen2.5-0.5b", vocab_size=151936,
                  mesh=dict(data=-1, fsdp=4, tensor=1),
                  remat_policy="dots_no_batch", logprob_chunk_size=128,
-                 answer_tokens=1024, agent_minibatches=10),
+                 answer_tokens=1024, agent_minibatches=10, scan_layers=False),
     "1.5b": dict(model="qwen2.5-1.5b", vocab_size=151936,
                  mesh=dict(data=-1, fsdp=8, tensor=1),
                  remat_policy="dots_no_batch", logprob_chunk_size=64,
-                 answer_tokens=1024, agent_minibatches=10),
+                 answer_tokens=1024, agent_minibatches=10, scan_layers=False),
     "7b": dict(model="qwen2.5-7b", vocab_size=152064,
                mesh=dict(data=1, fsdp=-1, tensor=4),
                remat_policy="full", logprob_chunk_size=32,
-               answer_tokens=1024, agent_minibatches=20),
+               answer_tokens=1024, agent_minibatches=20, scan_layers=True),
 }
 DEFAULT_SIZE = "7b"
 VARIANTS = tuple(SIZES) + ("cpu",)
@@ -107,7 +109,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     player.model = size["model"]
     player.model_overrides = ml_collections.ConfigDict(dict(
         dtype="bfloat16", param_dtype="float32",
-        remat_policy=size["remat_policy"], scan_layers=False,
+        remat_policy=size["remat_policy"], scan_layers=size["scan_layers"],
         vocab_size=size["vocab_size"]))
   if on_cpu:
     _shrink_to_cpu(c)
