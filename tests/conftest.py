@@ -1,6 +1,7 @@
 """Test setup: an 8-device CPU mesh, created before jax is imported, and a
-compilation cache shared by the tests of one run (tests that rebuild the same
-jitted step compile it once), removed when the test process exits."""
+compilation cache shared by the tests of one run, across its worker processes
+(tests that rebuild the same jitted step compile it once), removed when the
+run ends."""
 import atexit
 import os
 import shutil
@@ -20,9 +21,17 @@ cpu_flags.use_library_fusions()
 
 import jax  # pylint: disable=g-import-not-at-top
 
-_CACHE_DIR = tempfile.mkdtemp(prefix="genenv_jax_test_xla_cache_")
-atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
-jax.config.update("jax_compilation_cache_dir", _CACHE_DIR)
+# One cache for the whole run: the pytest process creates it (and removes it
+# when it exits, the last to do so); its xdist workers inherit the variable,
+# so a program one worker compiled is a cache hit in the other. A size limit
+# makes JAX lock the directory around each read and write, so that one worker
+# never reads an entry the other is still writing.
+_CACHE_ENV = "GENENV_JAX_TEST_XLA_CACHE"
+if _CACHE_ENV not in os.environ:
+  os.environ[_CACHE_ENV] = tempfile.mkdtemp(prefix="genenv_jax_test_xla_cache_")
+  atexit.register(shutil.rmtree, os.environ[_CACHE_ENV], ignore_errors=True)
+jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_ENV])
+jax.config.update("jax_compilation_cache_max_size", 16 * 2**30)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 
