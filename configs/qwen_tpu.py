@@ -40,11 +40,13 @@ What each size sets (everything else is configs/text.py):
   - Chip counts assume megacore on v4 and v5p (one JAX device per chip, as
     TPU VMs run them); `python -m train.bench.compile_check` compiles a
     variant for a slice on a CPU host (docs/tpu_pods.md).
-  - scan_layers: True at 7b, where the unscanned step's compile needs more
-    than 18 GB of host memory and 30 CPU-minutes (too much for the preflight
-    on a workstation) and the scanned one 8.4 GB; False below, where the
-    sampler then decodes with a per-layer KV cache updated in place
-    (models/decoder.py).
+  - scan_layers: True at every size (one block compiled). Unscanned, the
+    step's compile needs more than 18 GB of host memory and 30 CPU-minutes at
+    7B, more than 19 GB at 1.5B and 14.7 GB and 24 minutes at 0.5B: too much
+    for the preflight on a workstation (docs/tpu_pods.md). The cost: the
+    scanned decoder passes the KV cache through the layer scan, one copy of
+    it per decode step, where an unscanned one updates each layer's cache in
+    place (models/decoder.py).
   - batches (all sizes): 16 seeds x 4 variations = 64 tasks written per step
     (the paper's batch 64 for the simulator), 16 replayed pool tasks, 8
     attempts each = 640 attempts, trained in GRPO minibatches (10 of 64;
@@ -75,15 +77,15 @@ SIZES = {
     "0.5b": dict(model="qwen2.5-0.5b", vocab_size=151936,
                  mesh=dict(data=-1, fsdp=4, tensor=1),
                  remat_policy="dots_no_batch", logprob_chunk_size=128,
-                 answer_tokens=1024, agent_minibatches=10, scan_layers=False),
+                 answer_tokens=1024, agent_minibatches=10),
     "1.5b": dict(model="qwen2.5-1.5b", vocab_size=151936,
                  mesh=dict(data=-1, fsdp=8, tensor=1),
                  remat_policy="dots_no_batch", logprob_chunk_size=64,
-                 answer_tokens=1024, agent_minibatches=10, scan_layers=False),
+                 answer_tokens=1024, agent_minibatches=10),
     "7b": dict(model="qwen2.5-7b", vocab_size=152064,
                mesh=dict(data=1, fsdp=-1, tensor=4),
                remat_policy="full", logprob_chunk_size=32,
-               answer_tokens=1024, agent_minibatches=20, scan_layers=True),
+               answer_tokens=1024, agent_minibatches=20),
 }
 DEFAULT_SIZE = "7b"
 VARIANTS = tuple(SIZES) + ("cpu",)
@@ -109,7 +111,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     player.model = size["model"]
     player.model_overrides = ml_collections.ConfigDict(dict(
         dtype="bfloat16", param_dtype="float32",
-        remat_policy=size["remat_policy"], scan_layers=size["scan_layers"],
+        remat_policy=size["remat_policy"], scan_layers=True,
         vocab_size=size["vocab_size"]))
   if on_cpu:
     _shrink_to_cpu(c)
