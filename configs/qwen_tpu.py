@@ -4,8 +4,10 @@ Variants (`--config=configs/qwen_tpu.py:VARIANT`):
   7b    (the default) Qwen2.5-7B players, 32 chips or more, a multiple of 4
         (v4-64, v5p-64, v5litepod-32): the whole step compiled for v4-64 peaks
         at 12.9 GiB per chip (docs/tpu_pods.md)
-  1.5b  Qwen2.5-1.5B players, a multiple of 8 chips
-  0.5b  Qwen2.5-0.5B players, a multiple of 4 chips
+  1.5b  Qwen2.5-1.5B players, a multiple of 8 chips: the whole step compiled
+        for v4-16 peaks at 22.1 GiB per chip
+  0.5b  Qwen2.5-0.5B players, a multiple of 4 chips: the whole step compiled
+        for v4-8 peaks at 20.8 GiB per chip
   cpu   the 7b settings (remat, chunked log-probs) with tiny shapes, small
         batches and float32: runs on a CPU with random weights
 
