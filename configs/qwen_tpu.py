@@ -44,8 +44,9 @@ What each size sets (everything else is configs/text.py):
     variant for a slice on a CPU host (docs/tpu_pods.md).
   - scan_layers: True at every size (one block compiled). Unscanned, the
     step's compile needs more than 18 GB of host memory and 30 CPU-minutes at
-    7B, more than 19 GB at 1.5B and 14.7 GB and 24 minutes at 0.5B: too much
-    for the preflight on a workstation (docs/tpu_pods.md). The cost: the
+    7B, about 19 GB and still growing when stopped at 1.5B, and 14.7 GB and
+    24 minutes at 0.5B: too much for the preflight on a workstation
+    (docs/tpu_pods.md). The cost: the
     scanned decoder passes the KV cache through the layer scan, one copy of
     it per decode step, where an unscanned one updates each layer's cache in
     place (models/decoder.py).
