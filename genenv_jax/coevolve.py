@@ -5,7 +5,10 @@
     write_tasks         1-2  seeds ~ D_train ─► simulator writes m tasks per
                              seed ─► domain.parse
     replay_tasks, attempt 3-4  + Q tasks from D_train ─► agent attempts each
-                             G times ─► domain.verify (reward per attempt)
+                             G times ─► domain.verify (reward per attempt);
+                             play_episodes instead for episodic domains: G
+                             multi-turn episodes per task in the domain's
+                             environment (genenv_jax/episodes.py)
     curriculum_signals  5    p̂, R_env = exp(-β(p̂-α)²), band filter, RWR weights
     grpo_batch ─► agent_update           6  GRPO (+KL to its reference)
     simulator_batch ─► simulator_update  7  RWR (D_env optionally replayed)
@@ -32,6 +35,7 @@ import ml_collections
 import optax
 
 from genenv_jax import curriculum
+from genenv_jax import episodes as episodes_lib
 from genenv_jax import losses
 from genenv_jax import policy
 from genenv_jax import pool as pool_lib
@@ -77,14 +81,18 @@ class Players:
 
 
 class AgentBatch(NamedTuple):
-  """One GRPO batch of N attempts."""
+  """One GRPO batch of N attempts (responses, or episode bodies whose
+  observation tokens are attended to but carry no loss)."""
   prompt: jax.Array       # int32[N, P]
   prompt_mask: jax.Array  # bool[N, P]
   response: jax.Array     # int32[N, R]
-  mask: jax.Array         # bool[N, R]
+  mask: jax.Array         # bool[N, R] the loss mask: the agent's tokens
   old_logp: jax.Array     # f32[N, R]
   ref_logp: jax.Array     # f32[N, R]
   advantages: jax.Array   # f32[N]
+  # bool[N, R] the real tokens the passes attend to (episodes: the agent's
+  # and the observations'); None: the mask.
+  attend: jax.Array | None = None
 
 
 class SimulatorBatch(NamedTuple):
@@ -124,12 +132,27 @@ class Attempts(NamedTuple):
 
   Attributes:
     tasks: the T ParsedTasks attempted.
-    out: the agent's SampleOutput for the N = T·G attempts, grouped by task.
-    rewards: f32[T, G] the verifier's reward per attempt (response only).
+    out: the agent's SampleOutput for the N = T·G attempts, grouped by task
+      (for episodes: the episode bodies, mask = the agent's tokens).
+    rewards: f32[T, G] the reward per attempt GRPO trains on (the verifier's,
+      response only; or the episode's).
+    success: f32[T, G] what p̂ and the pools count as success (with
+      curriculum.success_threshold): the rewards, or 1 for a successful
+      episode.
+    attend: bool[N, W] the episode bodies' real tokens; None for single
+      answers (their mask).
+    kept: bool[N] attempts GRPO trains on (episodes.truncated = "mask" drops
+      truncated episodes); None: all of them.
+    episodes: the rollout's Episodes (their statistics feed the metrics);
+      None for single answers.
   """
   tasks: ParsedTasks
   out: SampleOutput
   rewards: jax.Array
+  success: jax.Array
+  attend: jax.Array | None = None
+  kept: jax.Array | None = None
+  episodes: episodes_lib.Episodes | None = None
 
 
 def _concat_parsed(a: ParsedTasks, b: ParsedTasks) -> ParsedTasks:
@@ -204,16 +227,49 @@ def attempt(config, domain: TaskDomain, players: Players, agent: PlayerState,
   rewards = domain.verify(domain.canonical_stops(out.tokens, out.mask),
                           out.mask, repeat(tasks.reference),
                           repeat(tasks.reference_mask))
-  return Attempts(tasks, out, rewards.reshape(-1, cc.attempts))
+  rewards = rewards.reshape(-1, cc.attempts)
+  return Attempts(tasks, out, rewards, rewards)
 
 
-def curriculum_signals(config, fresh: ParsedTasks, rewards: jax.Array
+def play_episodes(config, domain: TaskDomain, players: Players,
+                  agent: PlayerState, tasks: ParsedTasks, key) -> Attempts:
+  """Stages 3-4 of an episodic domain: G episodes per task in the domain's
+  environment, reset from each task's spec row, scored by it
+  (config.episodes: the reward and what a truncated episode scores)."""
+  cc = config.coevolve
+  env = domain.environment
+  _, agent_sampling = sampling_configs(config, domain)
+  episodes = episodes_lib.rollout_episodes(
+      players.agent_model,
+      params_for_sampling(players.agent_model, agent.params,
+                          cc.sampling_layout),
+      env, tasks.prompt, tasks.prompt_mask,
+      env.reset(jnp.repeat(tasks.task, cc.attempts, axis=0)), key,
+      agent_sampling, cc.attempts)
+  rewards, kept = episodes_lib.episode_rewards(
+      episodes, config.episodes.reward, config.episodes.truncated)
+  out = SampleOutput(episodes.tokens, episodes.logprobs, episodes.mask,
+                     episodes.lengths)
+  group = lambda x: x.reshape(-1, cc.attempts)
+  return Attempts(tasks, out, group(rewards),
+                  group(episodes.success.astype(jnp.float32)),
+                  attend=episodes.attend, kept=kept, episodes=episodes)
+
+
+def attempt_stage(domain: TaskDomain) -> Callable[..., Attempts]:
+  """Stages 3-4 as the domain has them: `play_episodes` for an episodic
+  domain, `attempt` otherwise (same arguments, same result type)."""
+  return attempt if domain.environment is None else play_episodes
+
+
+def curriculum_signals(config, fresh: ParsedTasks, success: jax.Array
                        ) -> curriculum.CurriculumOutput:
   """Stage 5: p̂, R_env, the band and the RWR weights of the M fresh tasks
-  from their rewards f32[M, G] (seed-major: row i is seed i // m)."""
+  from their attempts' success f32[M, G] (`Attempts.success`; seed-major:
+  row i is seed i // m)."""
   num_fresh = fresh.valid.shape[0]
   return curriculum.compute(
-      rewards, fresh.valid, config.curriculum,
+      success, fresh.valid, config.curriculum,
       jnp.arange(num_fresh) // config.coevolve.variations,
       config.coevolve.num_seeds)
 
@@ -224,23 +280,30 @@ def grpo_batch(config, players: Players, agent: PlayerState,
   reference's log-probs. The sampler's log-probs are the behaviour policy's
   (same params, same temperature), so only the reference needs a forward
   pass; invalid tasks are masked out."""
-  tasks, agent_out, rewards = attempts
+  tasks, agent_out, rewards = attempts.tasks, attempts.out, attempts.rewards
   group = rewards.shape[1]
   repeat = lambda x: jnp.repeat(x, group, axis=0)
+  row_valid = repeat(tasks.valid)
+  if attempts.kept is not None:
+    row_valid = row_valid & attempts.kept
   advantages = losses.group_advantages(
       rewards.reshape(-1), group, config.grpo.normalize_std,
-      valid=tasks.valid)
-  response_mask = agent_out.mask & repeat(tasks.valid)[:, None]
+      valid=row_valid)
+  response_mask = agent_out.mask & row_valid[:, None]
+  attend = (response_mask if attempts.attend is None
+            else attempts.attend & row_valid[:, None])
   prompt, prompt_mask = repeat(tasks.prompt), repeat(tasks.prompt_mask)
   # Scored in as many passes as the update has minibatches: no pass holds
   # more rows' activations than one minibatch's forward.
   ref_logp = jax.lax.stop_gradient(policy.response_logprobs_by_rows(
       players.agent_model, agent.ref_params, prompt, prompt_mask,
-      agent_out.tokens, response_mask, config.coevolve.agent_temperature,
+      agent_out.tokens, attend, config.coevolve.agent_temperature,
       _chunk_size(config), config.coevolve.agent_minibatches).logp)
+  ref_logp = jnp.where(response_mask, ref_logp, 0.0)
   old_logp = jnp.where(response_mask, agent_out.logprobs, 0.0)
   return AgentBatch(prompt, prompt_mask, agent_out.tokens, response_mask,
-                    old_logp, ref_logp, advantages)
+                    old_logp, ref_logp, advantages,
+                    None if attempts.attend is None else attend)
 
 
 def agent_update(config, players: Players, agent: PlayerState,
@@ -257,14 +320,20 @@ def agent_update(config, players: Players, agent: PlayerState,
   def loss_fn(params, minibatch: AgentBatch):
     scores = policy.response_logprobs(
         players.agent_model, params, minibatch.prompt, minibatch.prompt_mask,
-        minibatch.response, minibatch.mask, cc.agent_temperature,
+        minibatch.response,
+        minibatch.mask if minibatch.attend is None else minibatch.attend,
+        cc.agent_temperature,
         _chunk_size(config))
-    entropy = scores.entropy if config.grpo.entropy_coef else None
-    loss, metrics = losses.grpo_loss(scores.logp, minibatch.old_logp,
+    # Only the agent's own tokens carry log-probs into the loss: an
+    # observation token's gradient is exactly zero.
+    logp = jnp.where(minibatch.mask, scores.logp, 0.0)
+    entropy = (jnp.where(minibatch.mask, scores.entropy, 0.0)
+               if config.grpo.entropy_coef else None)
+    loss, metrics = losses.grpo_loss(logp, minibatch.old_logp,
                                      minibatch.ref_logp, minibatch.mask,
                                      minibatch.advantages, config.grpo, entropy)
     mismatch = masked_ratio(
-        jnp.abs(jax.lax.stop_gradient(scores.logp) - minibatch.old_logp),
+        jnp.abs(jax.lax.stop_gradient(logp) - minibatch.old_logp),
         minibatch.mask)
     return loss, dict(metrics, logp_mismatch=mismatch)
 
@@ -406,7 +475,7 @@ def update_pools(config, state: CoevolveState, generation: Generation,
   fresh = generation.tasks
   num_fresh = fresh.valid.shape[0]
   task_success = curriculum.success_rate(
-      attempts.rewards, attempts.tasks.valid,
+      attempts.success, attempts.tasks.valid,
       threshold=config.curriculum.success_threshold)
   pool = state.pool
   if replay_idx is not None:
@@ -490,12 +559,35 @@ def step_metrics(domain: TaskDomain, state: CoevolveState,
   if fresh.delimiter is not None:  # tasks opened by another delimiter spelling
     metrics["env/delimiter_variant_frac"] = masked_ratio(fresh.delimiter > 0,
                                                          fresh.valid)
+  if attempts.episodes is not None:
+    metrics.update(episode_metrics(attempts.episodes, attempt_valid))
   for level in range(1, domain.max_difficulty + 1):
     metrics[f"env/difficulty_frac_d{level}"] = masked_ratio(
         fresh.difficulty == level, fresh.valid)
   for name, value in simulator_metrics.items():
     metrics[f"env_update/{name}"] = per_step(value)
   return metrics
+
+
+def episode_metrics(episodes: episodes_lib.Episodes, valid: jax.Array
+                    ) -> dict:
+  """The rollout's statistics over the valid tasks' episodes (bool[N]
+  valid), as `ratio`s: turns per episode, the share of actions the
+  environment could not read, of episodes truncated at the turn limit, of
+  observation tokens among the bodies' real tokens, and environment errors
+  per episode."""
+  return {
+      "episode/turns": masked_ratio(episodes.turns, valid),
+      "episode/invalid_action_frac": ratio(
+          jnp.sum(episodes.invalid_actions * valid),
+          jnp.sum(episodes.turns * valid)),
+      "episode/truncated_frac": masked_ratio(episodes.truncated, valid),
+      "episode/success_rate": masked_ratio(episodes.success, valid),
+      "episode/observation_token_frac": ratio(
+          jnp.sum(episodes.observation_tokens * valid),
+          jnp.sum((episodes.observation_tokens + episodes.lengths) * valid)),
+      "episode/errors": masked_ratio(episodes.errors, valid),
+  }
 
 
 # --------------------------------------------------------------------- step
@@ -546,6 +638,7 @@ def make_step(config, domain: TaskDomain, players: Players
   """
   num_replay = config.pool.replay_tasks
   num_replayed = generation_replay.num_replayed_generations(config)
+  attempts_of = attempt_stage(domain)
   frozen = config.simulator_update.method == "none"
 
   def step(state: CoevolveState) -> tuple[CoevolveState, dict]:
@@ -562,10 +655,11 @@ def make_step(config, domain: TaskDomain, players: Players
     if num_replay:
       replay_idx, replay = replay_tasks(config, domain, state.pool, replay_key)
       tasks = _concat_parsed(fresh, replay)
-    attempts = attempt(config, domain, players, state.agent, tasks, agent_key)
+    attempts = attempts_of(config, domain, players, state.agent, tasks,
+                           agent_key)
     # 5. Curriculum signals on the fresh tasks.
     signals = curriculum_signals(config, fresh,
-                                 attempts.rewards[:fresh.valid.shape[0]])
+                                 attempts.success[:fresh.valid.shape[0]])
     # 6. Agent: GRPO on every valid task's attempts.
     agent, agent_metrics = agent_update(
         config, players, state.agent,

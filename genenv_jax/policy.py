@@ -199,9 +199,17 @@ def response_logprobs_by_rows(model_config: ModelConfig, params,
 
 
 def nll_loss(model_config: ModelConfig, params, prompt, prompt_mask, response,
-             response_mask, chunk_size: int = DEFAULT_CHUNK_SIZE) -> jax.Array:
-  """Mean token negative log-likelihood of responses (supervised warm-start)."""
+             response_mask, chunk_size: int = DEFAULT_CHUNK_SIZE,
+             loss_mask=None) -> jax.Array:
+  """Mean token negative log-likelihood of responses (supervised warm-start).
+
+  response_mask (bool[N, R]) marks the response's real tokens, attended to;
+  loss_mask (bool[N, R], within it) the ones the mean is over: an episode's
+  actions, not its observations. None: response_mask.
+  """
   scores = response_logprobs(model_config, params, prompt, prompt_mask,
                              response, response_mask, chunk_size=chunk_size)
-  count = jnp.maximum(response_mask.sum(), 1)
-  return -scores.logp.sum() / count
+  if loss_mask is None:
+    loss_mask = response_mask
+  count = jnp.maximum(loss_mask.sum(), 1)
+  return -jnp.sum(jnp.where(loss_mask, scores.logp, 0.0)) / count

@@ -362,7 +362,8 @@ def _at_step(uniforms: jax.Array | None, step) -> jax.Array | None:
   return jax.lax.dynamic_index_in_dim(uniforms, step, keepdims=False)
 
 
-def _is_stop(tokens: jax.Array, sampling: SamplingConfig) -> jax.Array:
+def is_stop(tokens: jax.Array, sampling: SamplingConfig) -> jax.Array:
+  """bool[...]: which of tokens int32[...] are one of sampling.eos_ids."""
   stop = jnp.zeros(tokens.shape, bool)
   for stop_id in sampling.eos_ids:
     stop = stop | (tokens == stop_id)
@@ -413,7 +414,7 @@ def sample(model_config: ModelConfig, params, prompt_tokens: jax.Array,
   state = _LoopState(
       step=jnp.zeros((), jnp.int32),
       last_tokens=first,
-      done=_is_stop(first, sampling),
+      done=is_stop(first, sampling),
       cache=prompt_cache.cache,
       tokens=jnp.full((rows, n), sampling.pad_id, jnp.int32).at[:, 0].set(
           first),
@@ -435,7 +436,7 @@ def sample(model_config: ModelConfig, params, prompt_tokens: jax.Array,
     return _LoopState(
         step=step,
         last_tokens=new,
-        done=state.done | _is_stop(new, sampling),
+        done=state.done | is_stop(new, sampling),
         cache=cache,
         tokens=state.tokens.at[:, step].set(new),
         logprobs=state.logprobs.at[:, step].set(

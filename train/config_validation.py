@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from genenv_jax import coevolve, curriculum, losses, sharding
+from genenv_jax import coevolve, curriculum, episodes, losses, sharding
 from genenv_jax.tasks import DOMAINS, arithmetic, text_verifiers
 from train import text_datasets
 from train.warmstart import SIMULATOR_STARTS
@@ -78,6 +78,22 @@ def _task_and_data(config) -> None:
         or any(not _is_number(w) or w < 0 for w in weights) or sum(weights) <= 0):
       _fail("warmstart.agent_level_weights", weights,
             f"1 to task.max_digits={config.task.max_digits} weights >= 0, not all 0")
+  elif config.task.name == "maze":
+    _integer(config, "task.size", low=2, high=16)
+    _integer(config, "task.level_width", low=1)
+    _integer(config, "task.levels", low=1)
+    _integer(config, "task.max_turns",
+             low=config.task.level_width * config.task.levels)
+    _integer(config, "data.num_train", low=1)
+    _integer(config, "data.num_test_per_level", low=1)
+    _choice(config, "episodes.reward", episodes.EPISODE_REWARDS)
+    _choice(config, "episodes.truncated", episodes.TRUNCATED)
+    _integer(config, "eval.samples", low=0)
+    weights = tuple(config.warmstart.agent_level_weights)
+    if (len(weights) > config.task.levels or not weights
+        or any(not _is_number(w) or w < 0 for w in weights) or sum(weights) <= 0):
+      _fail("warmstart.agent_level_weights", weights,
+            f"1 to task.levels={config.task.levels} weights >= 0, not all 0")
   else:
     _choice(config, "task.verifier", text_verifiers.VERIFIERS)
     for field in ("max_task_tokens", "max_answer_tokens", "max_written_tokens",

@@ -1,5 +1,8 @@
-"""Held-out evaluation of the agent by difficulty level (greedy decoding), and
-the task-by-task comparison of two agents on the held-out tasks."""
+"""Held-out evaluation of the agent by difficulty level (greedy decoding, and
+optionally the sampled success rate), and the task-by-task comparison of two
+agents on the held-out tasks. Episodic domains are played in their
+environment (`genenv_jax.episodes`): a task is solved when its episode
+succeeds."""
 
 from __future__ import annotations
 
@@ -7,8 +10,10 @@ import functools
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from genenv_jax import episodes
 from genenv_jax import sharding
 from genenv_jax.sampling import SamplingConfig, sample
 from genenv_jax.tasks.base import TaskDomain
@@ -43,33 +48,63 @@ class HeldoutEval:
     mesh, rules: the layout the evaluation runs in.
     success_threshold: an answer counts as correct when its reward reaches it
       (partial-credit rewards do not count as accuracy).
+    samples: > 0: also the success rate of this many answers (episodes) per
+      task sampled at `temperature` (eval/sampled_success*).
   """
 
   def __init__(self, domain: TaskDomain, agent_model: ModelConfig,
                rows: np.ndarray, difficulty: np.ndarray, mesh, rules,
-               success_threshold: float = 1.0):
+               success_threshold: float = 1.0, samples: int = 0,
+               temperature: float = 1.0):
     self._levels = sorted(int(d) for d in np.unique(difficulty))
     self._difficulty = np.asarray(difficulty)
     replicated = sharding.replicated(mesh)
     # Every process holds the rows and gets every answer back (a replicated
     # output is readable on each process, however many share the mesh).
     self._rows = sharding.from_host(np.asarray(rows, np.int32), replicated)
-    greedy = SamplingConfig(max_new_tokens=domain.response_len, temperature=0.0,
-                            eos_ids=domain.stop_ids, pad_id=domain.pad_id)
+    self._samples = samples
+    sampling = lambda t: SamplingConfig(
+        max_new_tokens=domain.response_len, temperature=t,
+        eos_ids=domain.stop_ids, pad_id=domain.pad_id)
+    env = domain.environment
+
+    def solved(params, parsed, sampling_cfg, num_samples):
+      """bool[n·G] solved, int32[n·G] response tokens (episodes: turns)."""
+      key = jax.random.PRNGKey(0)
+      valid = jnp.repeat(parsed.valid, num_samples)
+      if env is not None:
+        played = episodes.rollout_episodes(
+            agent_model, params, env, parsed.prompt, parsed.prompt_mask,
+            env.reset(jnp.repeat(parsed.task, num_samples, axis=0)), key,
+            sampling_cfg, num_samples)
+        return played.success & valid, played.turns
+      out = sample(agent_model, params, parsed.prompt, parsed.prompt_mask,
+                   key, sampling_cfg, num_samples)
+      repeat = lambda x: jnp.repeat(x, num_samples, axis=0)
+      reward = domain.verify(domain.canonical_stops(out.tokens, out.mask),
+                             out.mask, repeat(parsed.reference),
+                             repeat(parsed.reference_mask))
+      return (reward >= success_threshold) & valid, out.lengths
 
     @functools.partial(jax.jit, out_shardings=replicated)
     @sharding.in_mesh(mesh, rules)
     def answer(params, rows):
       parsed = domain.parse(rows, rows != domain.pad_id)
-      out = sample(agent_model, params, parsed.prompt, parsed.prompt_mask,
-                   jax.random.PRNGKey(0), greedy)
-      reward = domain.verify(domain.canonical_stops(out.tokens, out.mask),
-                             out.mask, parsed.reference, parsed.reference_mask)
-      return (reward >= success_threshold) & parsed.valid, out.lengths
+      return solved(params, parsed, sampling(0.0), 1)
 
-    # The jitted pass (params, rows int32[n, task_len]) -> (correct bool[n],
-    # response lengths int32[n]) that every evaluation runs.
+    @functools.partial(jax.jit, out_shardings=replicated)
+    @sharding.in_mesh(mesh, rules)
+    def sampled_success(params, rows):
+      parsed = domain.parse(rows, rows != domain.pad_id)
+      ok, _ = solved(params, parsed, sampling(temperature), samples)
+      return ok.reshape(-1, samples).mean(axis=1)
+
+    # The jitted passes over rows int32[n, task_len] that every evaluation
+    # runs: answer(params, rows) -> (correct bool[n], response lengths
+    # int32[n], turns for episodes) greedily; sampled_success(params, rows)
+    # -> f32[n] the share of `samples` sampled attempts that succeed.
     self.answer = answer
+    self.sampled_success = sampled_success
 
   def correct(self, params) -> np.ndarray:
     """bool[n]: which held-out tasks the agent answers right."""
@@ -93,6 +128,11 @@ class HeldoutEval:
     correct = np.asarray(correct)
     metrics = {"eval/accuracy": float(np.mean(correct, dtype=np.float32)),
                "eval/response_len": float(np.mean(lengths, dtype=np.float32))}
+    sampled = None
+    if self._samples:
+      sampled = np.asarray(jax.device_get(
+          self.sampled_success(params, self._rows)))
+      metrics["eval/sampled_success"] = float(np.mean(sampled))
     if baseline_correct is not None and baseline_correct.shape != correct.shape:
       raise ValueError(
           f"baseline_correct has shape {baseline_correct.shape}; the held-out "
@@ -101,6 +141,9 @@ class HeldoutEval:
       at_level = self._difficulty == level
       metrics[f"eval/accuracy_d{level}"] = float(
           np.mean(correct[at_level], dtype=np.float32))
+      if sampled is not None:
+        metrics[f"eval/sampled_success_d{level}"] = float(
+            np.mean(sampled[at_level]))
       if baseline_correct is not None:
         paired = paired_counts(baseline_correct[at_level], correct[at_level])
         for name, value in paired.items():

@@ -39,6 +39,7 @@ from train import config_validation
 from train import checkpointing
 from train import datasets
 from train import heldout
+from train import maze_data
 from train import init_from as init_from_lib
 from train import metrics_log
 from train import progress
@@ -149,6 +150,10 @@ def _seed_data(config, domain, workdir: str) -> tuple[dict, dict]:
   tensorflow-datasets builder (in config.data.tfds_dir, else <workdir>/tfds)."""
   data_dir = (config.data.tfds_dir
               or str(checkpointing.workdir_path(workdir) / "tfds"))
+  if config.task.name == "maze":
+    return maze_data.maze_splits(domain, config.data.seed,
+                                 config.data.num_train,
+                                 config.data.num_test_per_level)
   if config.task.name == "text":
     splits = text_datasets.load_seed_rows(config, domain, data_dir)
     for name, split in splits.items():
@@ -221,7 +226,9 @@ def _run(config, workdir: str, chief: bool) -> dict:
       + ([jsonl] if chief else []))
   evaluate = heldout.HeldoutEval(
       domain, players.agent_model, test["task"], test["difficulty"], mesh,
-      rules, config.curriculum.success_threshold)
+      rules, config.curriculum.success_threshold,
+      samples=config.eval.get("samples", 0),
+      temperature=config.coevolve.agent_temperature)
   ckpt = checkpointing.Checkpoints(path / "checkpoints",
                                    config.max_checkpoints, (0,), chief)
   for step, why in ckpt.skipped:

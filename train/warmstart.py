@@ -8,7 +8,6 @@ prompt, with AdamW, on batches drawn from the seed data.
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 from absl import logging
@@ -29,11 +28,14 @@ from train import progress
 
 
 class SupervisedData(NamedTuple):
-  """prompt int32[n, P] (left-padded) + mask; target int32[n, R] + mask."""
+  """prompt int32[n, P] (left-padded) + mask; target int32[n, R] + mask (its
+  real tokens); loss_mask bool[n, R] the target tokens trained on (an
+  episode's actions, not its observations), None: all of target_mask."""
   prompt: np.ndarray
   prompt_mask: np.ndarray
   target: np.ndarray
   target_mask: np.ndarray
+  loss_mask: np.ndarray | None = None
 
 
 def agent_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
@@ -56,9 +58,9 @@ def agent_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
   parsed = jax.jit(domain.parse)(rows, rows != domain.pad_id)
   if not bool(np.all(parsed.valid)):
     raise ValueError("Seed data holds tasks the domain's parser rejects.")
-  target, target_mask = domain.agent_target(parsed)
+  target, target_mask, loss_mask = domain.agent_demonstration(parsed)
   return SupervisedData(*jax.device_get(
-      (parsed.prompt, parsed.prompt_mask, target, target_mask)))
+      (parsed.prompt, parsed.prompt_mask, target, target_mask, loss_mask)))
 
 
 def simulator_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
@@ -106,12 +108,15 @@ def supervised_update(model_config: ModelConfig,
   opt_state, loss, skipped)`; batch: a SupervisedData of int32/bool [B, P]
   and [B, R] arrays. A step whose loss, gradient or update is not finite
   leaves params and opt_state as they were (skipped = 1)."""
-  loss_fn = functools.partial(policy.nll_loss, model_config)
+  def loss_fn(params, batch: SupervisedData):
+    return policy.nll_loss(model_config, params, batch.prompt,
+                           batch.prompt_mask, batch.target, batch.target_mask,
+                           loss_mask=batch.loss_mask)
 
   @jax.jit
   @sharding.in_mesh(mesh, rules)
   def update(params, opt_state, batch):
-    loss, grads = jax.value_and_grad(loss_fn)(params, *batch)
+    loss, grads = jax.value_and_grad(loss_fn)(params, batch)
     updates, new_opt_state = opt.update(grads, opt_state, params)
     finite = (jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads))
               & jnp.isfinite(optax.tree.norm(updates)))
@@ -173,7 +178,8 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
   reporter = progress.Progress(label, steps) if label else None
   for step in range(first + 1, steps + 1):
     idx = rng.integers(0, n, batch_size)
-    batch = sharding.shard_batch(tuple(x[idx] for x in data), mesh, rules)
+    batch = sharding.shard_batch(
+        jax.tree.map(lambda x: x[idx], data), mesh, rules)
     params, opt_state, loss, skip = update(params, opt_state, batch)
     skipped.add(step, {f"{name}/skipped_updates": skip})
     loss_history.append(loss)

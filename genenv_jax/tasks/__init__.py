@@ -10,11 +10,13 @@ from typing import Any, Callable
 
 from genenv_jax.tasks.arithmetic import ArithmeticDomain
 from genenv_jax.tasks.base import ParsedTasks, TaskDomain
+from genenv_jax.tasks.maze import MazeDomain
 from genenv_jax.tasks.text import TextDomain
 
 DOMAINS: dict[str, Callable[[Any], TaskDomain]] = {
     "arithmetic": ArithmeticDomain.from_config,
     "text": TextDomain.from_config,
+    "maze": MazeDomain.from_config,
 }
 
 
@@ -27,5 +29,5 @@ def get_domain(config: Any) -> TaskDomain:
   return DOMAINS[config.name](config)
 
 
-__all__ = ["DOMAINS", "ArithmeticDomain", "ParsedTasks", "TaskDomain", "TextDomain",
+__all__ = ["DOMAINS", "ArithmeticDomain", "MazeDomain", "ParsedTasks", "TaskDomain", "TextDomain",
            "get_domain"]

@@ -112,6 +112,13 @@ class TaskDomain(abc.ABC):
   def stop_ids(self) -> tuple[int, ...]:
     return (self.eos_id,)
 
+  @property
+  def environment(self):
+    """The `genenv_jax.envs.base.Environment` the agent acts in, for an
+    episodic domain (its attempts are episodes, its `verify` unused); None
+    for a domain whose agent answers each task once."""
+    return None
+
   def canonical_stops(self, tokens: jax.Array, mask: jax.Array) -> jax.Array:
     """int32[B, N] sampled `tokens` with every stop id inside `mask` (bool[B, N])
     written as `eos_id`, the one end mark `parse` and `verify` read."""
@@ -186,6 +193,19 @@ class TaskDomain(abc.ABC):
       overrides this (for example to add a worked solution before the answer).
     """
     return parsed.reference, parsed.reference_mask
+
+  def agent_demonstration(self, parsed: ParsedTasks
+                          ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """What the agent's supervised warm start trains on, after its prompt.
+
+    Returns:
+      (tokens int32[M, W], attend bool[M, W] the real tokens, loss bool[M, W]
+      the tokens the loss is on): `agent_target` with both masks its mask,
+      unless an episodic domain overrides this with whole demonstration
+      episodes (observations attended, not trained on).
+    """
+    tokens, mask = self.agent_target(parsed)
+    return tokens, mask, mask
 
   @abc.abstractmethod
   def decode(self, tokens: np.ndarray | jax.Array) -> list[str]:

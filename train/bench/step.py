@@ -139,7 +139,8 @@ def _phases(config, domain, players, mesh):
                                 sample_key)
 
   def attempt(agent, tasks, key):
-    return coevolve.attempt(config, domain, players, agent, tasks, key)
+    return coevolve.attempt_stage(domain)(config, domain, players, agent,
+                                          tasks, key)
 
   def curriculum_signals(tasks, rewards):
     return coevolve.curriculum_signals(config, tasks, rewards)
@@ -190,12 +191,12 @@ def run(size: str, repeats: int, peak_gflops: float,
   key = jax.random.PRNGKey(1)
   generation = write_tasks(state, key)
   attempts = attempt(state.agent, generation.tasks, key)
-  signals = curriculum_signals(generation.tasks, attempts.rewards)
+  signals = curriculum_signals(generation.tasks, attempts.success)
   calls = {
       "write_tasks": lambda: write_tasks(state, key),
       "attempt": lambda: attempt(state.agent, generation.tasks, key),
       "curriculum": lambda: curriculum_signals(generation.tasks,
-                                               attempts.rewards),
+                                               attempts.success),
       "agent_update": lambda: agent_update(state.agent, attempts, key),
       "simulator_update": lambda: simulator_update(state.simulator,
                                                    generation, signals),

@@ -1,0 +1,91 @@
+"""GenEnv on mazes: the agent acts in an environment the simulator draws.
+
+Run (a few minutes on a 2-core CPU):
+  python -m train.main --config=configs/maze.py --workdir=runs/maze
+A baseline arm (the arms of configs/default.py), optionally with smoke sizes:
+  python -m train.main --config=configs/maze.py:frozen_env --workdir=runs/maze_frozen
+  python -m train.main --config=configs/maze.py:smoke --workdir=/tmp/maze_smoke
+
+The simulator writes a 5×5 grid (walls, one start, one goal); the domain keeps
+it iff it is a maze with a path, and its difficulty is the shortest path's
+length (levels of 2 moves). The agent plays each written maze as an episode of
+up to 12 turns (one move a turn, its outcome and new surroundings observed),
+reward 1 on reaching the goal. Stage 1 teaches the agent shortest paths through
+easy mazes and the simulator to draw mazes of every level; stage 2 is the
+co-evolution step of configs/default.py with `play_episodes` as its attempt
+stage (genenv_jax/episodes.py, genenv_jax/tasks/maze.py).
+"""
+
+import ml_collections
+
+from configs import default
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  """arg: as configs/default.py's ("smoke" and/or one arm of default.ARMS)."""
+  smoke, arm = default._parse_variants(arg)  # pylint: disable=protected-access
+  c = default.get_config()
+  c.task = ml_collections.ConfigDict(dict(
+      name="maze",
+      size=5,          # the grid's side W
+      max_turns=12,    # K moves per episode (>= level_width * levels)
+      level_width=2,   # difficulty level = ceil(shortest path / level_width)
+      levels=5,        # paths of 1..10 moves; longer ones are invalid mazes
+  ))
+  c.data = ml_collections.ConfigDict(dict(
+      tfds_dir="",     # unused: mazes are drawn by train/maze_data.py
+      num_train=8000,  # seed mazes, equal shares per level
+      num_test_per_level=50,
+      seed=0,
+  ))
+  # Episodes: an action is one move and EOS (A = 2), an observation the
+  # move's outcome, position and neighbours (O = 7); the prompt is the map,
+  # the goal's position and the start's surroundings.
+  c.episodes = ml_collections.ConfigDict(dict(
+      reward="success",   # "success" (1 on reaching the goal) | "turn_sum"
+      truncated="zero",   # an episode out of turns scores 0 | "mask": no loss
+  ))
+  for player in (c.agent, c.simulator):
+    player.model_overrides = ml_collections.ConfigDict(dict(
+        max_position_embeddings=256))
+  c.agent.learning_rate = 1e-4
+  c.simulator.learning_rate = 1e-4
+  c.warmstart.update(
+      agent_steps=500, simulator_steps=300, batch_size=64,
+      # Shortest paths through mostly easy mazes (levels 1..5).
+      agent_level_weights=(4, 2, 1, 0, 0),
+      simulator_difficulty_step=1, checkpoint_every=100)
+  c.coevolve.update(num_steps=120, num_seeds=8, variations=4, attempts=8,
+                    agent_epochs=1, agent_minibatches=2)
+  c.pool.update(capacity=4096, num_base=1024, base_max_difficulty=2,
+                replay_tasks=8, generation_capacity=1024)
+  # Held-out mazes per level, greedily and by 4 sampled episodes each.
+  c.eval = ml_collections.ConfigDict(dict(every_steps=20, samples=4))
+  c.log_every = 5
+  c.checkpoint_every = 40
+  if smoke:
+    _shrink_to_smoke(c)
+  if arm:
+    default.ARMS[arm](c)
+    c.arm = arm
+  return c
+
+
+def _shrink_to_smoke(c: ml_collections.ConfigDict) -> None:
+  """Tiny players, 3×3 mazes, a few steps: every stage in seconds."""
+  c.task.update(size=3, max_turns=4, level_width=1, levels=4)
+  c.warmstart.agent_level_weights = (2, 1)
+  c.data.update(num_train=200, num_test_per_level=4)
+  for player in (c.agent, c.simulator):
+    player.model_overrides = ml_collections.ConfigDict(dict(
+        num_layers=1, hidden_size=32, intermediate_size=64, num_heads=2,
+        num_kv_heads=1, max_position_embeddings=64))
+  c.warmstart.update(agent_steps=4, simulator_steps=4, simulator_start_steps=4,
+                     batch_size=16, checkpoint_every=2)
+  c.coevolve.update(num_steps=4, num_seeds=4, variations=2, attempts=4,
+                    agent_minibatches=2)
+  c.pool.update(capacity=256, num_base=32, base_max_difficulty=2,
+                replay_tasks=4, generation_capacity=32)
+  c.eval.update(every_steps=2, samples=2)
+  c.log_every = 1
+  c.checkpoint_every = 2

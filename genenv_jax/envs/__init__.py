@@ -1,0 +1,1 @@
+"""Environments the agent acts in, for episodic task domains (see base.py)."""
