@@ -51,7 +51,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.agent.learning_rate = 1e-4
   c.simulator.learning_rate = 1e-4
   c.warmstart.update(
-      agent_steps=500, simulator_steps=300, batch_size=64,
+      agent_steps=500, simulator_steps=1000, batch_size=64,
       # Shortest paths through mostly easy mazes (levels 1..5).
       agent_level_weights=(4, 2, 1, 0, 0),
       simulator_difficulty_step=1, checkpoint_every=100)

@@ -306,6 +306,24 @@ def grpo_batch(config, players: Players, agent: PlayerState,
                     None if attempts.attend is None else attend)
 
 
+def grpo_minibatch_loss(config, scores: policy.ResponseScores,
+                        minibatch: AgentBatch) -> tuple[jax.Array, dict]:
+  """Stage 6's loss of one minibatch from the trainer's scores of its rows
+  (log-probs and entropies f32[n, R] at every attended position): GRPO on
+  the agent's own tokens only, so an observation token's log-prob has
+  exactly zero gradient. Returns (loss, metrics incl. logp_mismatch)."""
+  logp = jnp.where(minibatch.mask, scores.logp, 0.0)
+  entropy = (jnp.where(minibatch.mask, scores.entropy, 0.0)
+             if config.grpo.entropy_coef else None)
+  loss, metrics = losses.grpo_loss(logp, minibatch.old_logp,
+                                   minibatch.ref_logp, minibatch.mask,
+                                   minibatch.advantages, config.grpo, entropy)
+  mismatch = masked_ratio(
+      jnp.abs(jax.lax.stop_gradient(logp) - minibatch.old_logp),
+      minibatch.mask)
+  return loss, dict(metrics, logp_mismatch=mismatch)
+
+
 def agent_update(config, players: Players, agent: PlayerState,
                  batch: AgentBatch, rng):
   """Stage 6: GRPO epochs x minibatches over one batch of attempts. Returns
@@ -324,18 +342,7 @@ def agent_update(config, players: Players, agent: PlayerState,
         minibatch.mask if minibatch.attend is None else minibatch.attend,
         cc.agent_temperature,
         _chunk_size(config))
-    # Only the agent's own tokens carry log-probs into the loss: an
-    # observation token's gradient is exactly zero.
-    logp = jnp.where(minibatch.mask, scores.logp, 0.0)
-    entropy = (jnp.where(minibatch.mask, scores.entropy, 0.0)
-               if config.grpo.entropy_coef else None)
-    loss, metrics = losses.grpo_loss(logp, minibatch.old_logp,
-                                     minibatch.ref_logp, minibatch.mask,
-                                     minibatch.advantages, config.grpo, entropy)
-    mismatch = masked_ratio(
-        jnp.abs(jax.lax.stop_gradient(logp) - minibatch.old_logp),
-        minibatch.mask)
-    return loss, dict(metrics, logp_mismatch=mismatch)
+    return grpo_minibatch_loss(config, scores, minibatch)
 
   def one_epoch(carry, epoch_rng):
     perm = jax.random.permutation(epoch_rng, n).reshape(num_minibatches, -1)

@@ -25,9 +25,17 @@ def _series(records, name):
   return np.asarray(steps), np.asarray([points[s] for s in steps], float)
 
 
-def _eval_levels(records):
-  names = {k for r in records for k in r if re.fullmatch(r"eval/accuracy_d\d+", k)}
+def _eval_levels(records, metric="accuracy"):
+  names = {k for r in records for k in r
+           if re.fullmatch(rf"eval/{metric}_d\d+", k)}
   return sorted(names, key=lambda n: int(n.rsplit("d", 1)[1]))
+
+
+# The rollout's statistics of episodic domains (genenv_jax.coevolve.
+# episode_metrics), summarised over the second half of the run.
+EPISODE_METRICS = ("episode/turns", "episode/invalid_action_frac",
+                   "episode/truncated_frac", "episode/observation_token_frac",
+                   "episode/errors")
 
 
 # Held-out evaluations averaged for a run's settled accuracy (one evaluation
@@ -62,7 +70,14 @@ def summarize(records, alpha: float, band: float) -> dict:
     _, step_time = _series(records, "perf/step_time_s")
     summary["step_time_s_median"] = (float(np.median(step_time))
                                      if len(step_time) else None)
-  for name in ["eval/accuracy"] + _eval_levels(records):
+    for name in EPISODE_METRICS:
+      s, v = _series(records, name)
+      if len(s):
+        summary[f"{name}_first"] = float(v[0])
+        summary[f"{name}_second_half_mean"] = float(
+            v[s > steps.max() / 2].mean())
+  for name in (["eval/accuracy", "eval/sampled_success"] + _eval_levels(records)
+               + _eval_levels(records, "sampled_success")):
     s, v = _series(records, name)
     if len(s):
       summary[f"{name}_start"] = float(v[0])
@@ -134,11 +149,15 @@ def plot(records, out_dir: str, alpha: float, band: float) -> list[str]:
   fig, ax = plt.subplots(figsize=(7, 4))
   for name in ["eval/accuracy"] + _eval_levels(records):
     s, v = _series(records, name)
-    ax.plot(s, v, marker="o", ms=3, lw=2.5 if name == "eval/accuracy" else 1,
-            label=name.replace("eval/accuracy_", "level ").replace(
-                "eval/accuracy", "overall"))
+    line, = ax.plot(s, v, marker="o", ms=3,
+                    lw=2.5 if name == "eval/accuracy" else 1,
+                    label=name.replace("eval/accuracy_", "level ").replace(
+                        "eval/accuracy", "overall"))
+    s, v = _series(records, name.replace("accuracy", "sampled_success"))
+    if len(s):
+      ax.plot(s, v, ls="--", color=line.get_color(), lw=1)
   ax.set_xlabel("co-evolution step (0 = warm-started agent)")
-  ax.set_ylabel("held-out accuracy (greedy)")
+  ax.set_ylabel("held-out accuracy (greedy; dashed: sampled success)")
   ax.set_ylim(-0.02, 1.02)
   ax.legend(fontsize=8)
   ax.set_title("Agent: held-out accuracy by difficulty")
@@ -154,6 +173,23 @@ def plot(records, out_dir: str, alpha: float, band: float) -> list[str]:
     ax.set_xlabel(_STEP_AXIS)
     ax.legend(fontsize=8)
   save(fig, "training.png")
+
+  if any("episode/turns" in r for r in records):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name in EPISODE_METRICS[1:4]:
+      s, v = _series(records, name)
+      ax.plot(s, v, label=name)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylabel("share")
+    ax2 = ax.twinx()
+    s, v = _series(records, "episode/turns")
+    ax2.plot(s, v, color="black", lw=2, label="turns per episode")
+    ax2.set_ylabel("turns per episode")
+    ax.set_xlabel(_STEP_AXIS)
+    ax.legend(loc="upper left", fontsize=8)
+    ax2.legend(loc="upper right", fontsize=8)
+    ax.set_title("Agent: episodes on generated tasks")
+    save(fig, "episodes.png")
   return paths
 
 

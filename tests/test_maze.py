@@ -1,0 +1,123 @@
+"""The maze domain: specs executed into valid tasks and difficulties, bad
+specs invalid (never an exception), the seed data, the environment's moves
+and the warm start's shortest-path demonstrations."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from genenv_jax.tasks import maze
+from train import maze_data
+
+DOMAIN = maze.MazeDomain(size=4, max_turns=8, level_width=2, levels=4)
+
+
+def _parse(rows, mask=None):
+  rows = jnp.asarray(rows, jnp.int32)
+  return jax.jit(DOMAIN.parse)(rows, rows != maze.PAD if mask is None
+                               else jnp.asarray(mask))
+
+
+def test_specs_are_executed_for_validity_and_difficulty():
+  rows = DOMAIN.encode_tasks([
+      ["S...", "....", "....", "...G"],   # 6 moves: level 3
+      ["SG..", "....", "....", "...."],   # 1 move: level 1
+      ["S#..", "##..", "....", "...G"],   # walled in: no path
+      ["S...", "....", "....", "..GG"],   # two goals
+      ["....", "....", "....", "...G"],   # no start
+      ["S#G.", ".#..", ".#..", "...."],   # 8 moves around walls: level 4
+  ])
+  parsed = _parse(rows)
+  np.testing.assert_array_equal(parsed.valid, [1, 1, 0, 0, 0, 1])
+  np.testing.assert_array_equal(parsed.difficulty, [3, 1, 0, 0, 0, 4])
+  assert np.all(np.asarray(parsed.task)[~np.asarray(parsed.valid)] == maze.PAD)
+  np.testing.assert_array_equal(np.asarray(parsed.task)[0], rows[0])
+
+
+def test_malformed_rows_are_invalid_not_errors():
+  good = DOMAIN.encode_tasks([["S...", "....", "....", "...G"]])[0]
+  out_of_range = good.copy()
+  out_of_range[3] = 10_000
+  negative = good.copy()
+  negative[5] = -3
+  move_token = good.copy()
+  move_token[2] = maze.UP
+  no_eos = good.copy()
+  no_eos[-1] = maze.OPEN
+  rows = np.stack([good, out_of_range, negative, move_token, no_eos])
+  parsed = _parse(rows)
+  np.testing.assert_array_equal(parsed.valid, [1, 0, 0, 0, 0])
+  # Truncated (EOS outside the written mask) is invalid too.
+  mask = rows != maze.PAD
+  mask[0, -1] = False
+  assert not bool(_parse(rows, mask).valid[0])
+  # Too long a path for the levels: invalid.
+  longest = maze.MazeDomain(size=4, max_turns=8, level_width=1, levels=5)
+  snake = longest.encode_tasks([["S...", "###.", "....", "G###"]])
+  assert not bool(jax.jit(longest.parse)(snake, snake != 0).valid[0])
+
+
+def test_a_too_short_turn_limit_is_refused():
+  with pytest.raises(ValueError, match="config.task.max_turns=5"):
+    maze.MazeDomain(size=4, max_turns=5, level_width=2, levels=4)
+
+
+def test_seed_data_difficulties_agree_with_the_parser():
+  train, test = maze_data.maze_splits(DOMAIN, seed=3, num_train=400,
+                                      test_per_level=10)
+  for split, size in ((train, 400), (test, 40)):
+    parsed = _parse(split["task"])
+    assert len(split["task"]) == size
+    assert np.all(np.asarray(parsed.valid))
+    np.testing.assert_array_equal(parsed.difficulty, split["difficulty"])
+  np.testing.assert_array_equal(np.bincount(train["difficulty"]),
+                                [0, 100, 100, 100, 100])
+  train_keys = {r.tobytes() for r in train["task"]}
+  assert not any(r.tobytes() in train_keys for r in test["task"])
+
+
+def test_moves_bumps_and_unreadable_actions():
+  env = DOMAIN.environment
+  rows = DOMAIN.encode_tasks([["S#..", "G...", "....", "...."]] * 4)
+  state = env.reset(jnp.asarray(rows))
+  action = jnp.asarray([[maze.RIGHT, maze.EOS], [maze.UP, maze.EOS],
+                        [maze.DOWN, maze.EOS], [maze.DOWN, maze.DOWN]])
+  stepped = env.step(state, action, jnp.ones((4, 2), bool))
+  np.testing.assert_array_equal(stepped.observation[:, 0],
+                                [maze.BUMP, maze.BUMP, maze.REACHED, maze.BAD])
+  np.testing.assert_array_equal(stepped.state.position, [0, 0, 4, 0])
+  np.testing.assert_array_equal(stepped.done, [0, 0, 1, 0])
+  np.testing.assert_array_equal(stepped.invalid_action, [0, 0, 0, 1])
+  # Row and column of cell 4 (row 1, column 0), then its neighbours:
+  # up S, down ., left off-grid (wall), right .
+  np.testing.assert_array_equal(
+      stepped.observation[2, 1:],
+      [maze.FIRST_COORDINATE + 1, maze.FIRST_COORDINATE + 4, maze.START,
+       maze.OPEN, maze.WALL, maze.OPEN])
+
+
+def test_demonstrations_are_shortest_paths_that_reach_the_goal():
+  train, _ = maze_data.maze_splits(DOMAIN, seed=1, num_train=40,
+                                   test_per_level=1)
+  parsed = _parse(train["task"])
+  tokens, attend, loss = jax.jit(DOMAIN.agent_demonstration)(parsed)
+  tokens, attend, loss = (np.asarray(x) for x in (tokens, attend, loss))
+  moves = np.sum(loss & np.isin(tokens, maze.MOVES), axis=1)
+  np.testing.assert_array_equal(-(-moves // DOMAIN.level_width),
+                                train["difficulty"])
+  # Replayed in the environment, the moves reach the goal without a bump;
+  # the loss is on moves and their EOS only, observations are attended.
+  assert set(np.unique(tokens[loss])) <= set(maze.MOVES) | {maze.EOS}
+  assert np.all(attend[loss]) and np.any(attend & ~loss)
+  assert not np.any(tokens[attend & ~loss] == maze.BUMP)
+  env = DOMAIN.environment
+  state = env.reset(parsed.task)
+  reached = np.zeros(len(tokens), bool)
+  for turn in range(DOMAIN.max_turns):
+    column = turn * (env.action_len + env.observation_len)
+    action = jnp.asarray(tokens[:, column:column + 2])
+    stepped = env.step(state, action, jnp.asarray(loss[:, column:column + 2]))
+    state = stepped.state
+    reached |= np.asarray(stepped.done)
+  assert reached.all()
