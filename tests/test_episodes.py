@@ -2,6 +2,7 @@
 sampler, the loss mask, and host environments behind the adapter."""
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import jax
@@ -72,20 +73,24 @@ def _hand_loop(model, params, env, prompt, prompt_mask, rng, cfg, rows):
   tokens only) and calls `sampling.sample` for one action."""
   histories = [list(np.asarray(prompt[b])[np.asarray(prompt_mask[b])])
                for b in range(rows)]
+  # Every history left-padded to the longest an episode can grow to: one
+  # compiled sampler for every turn.
+  width = prompt.shape[1] + env.max_turns * (env.action_len
+                                             + env.observation_len)
+  sample = jax.jit(lambda p, t, m, k: sampling.sample(
+      model, p, t, m, k, dataclasses.replace(
+          cfg, max_new_tokens=env.action_len)))
   state = env.reset(jnp.zeros((rows, 1), jnp.int32))
   done = np.zeros(rows, bool)
   actions, observations = [], []
   for turn in range(env.max_turns):
-    width = max(len(h) for h in histories)
     tokens = np.zeros((rows, width), np.int32)
     mask = np.zeros((rows, width), bool)
     for b, h in enumerate(histories):
       tokens[b, width - len(h):] = h
       mask[b, width - len(h):] = True
-    out = sampling.sample(model, params, jnp.asarray(tokens),
-                          jnp.asarray(mask), jax.random.fold_in(rng, turn),
-                          dataclasses.replace(cfg,
-                                              max_new_tokens=env.action_len))
+    out = sample(params, jnp.asarray(tokens), jnp.asarray(mask),
+                 jax.random.fold_in(rng, turn))
     act = np.where(np.asarray(out.mask), np.asarray(out.tokens), PAD)
     act_mask = np.asarray(out.mask) & ~done[:, None]
     stepped = env.step(state, jnp.asarray(act), jnp.asarray(act_mask))
@@ -169,6 +174,7 @@ def test_rollout_equals_a_hand_written_loop_token_for_token(scan_layers):
   assert any(row and row[-1] in (EOS, 5) for act, _ in got for row in act)
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def _episode_batch(model, params, rows=4):
   env = EchoEnv()
   prompt, prompt_mask = _prompts(np.random.default_rng(1), rows, 4)

@@ -269,10 +269,9 @@ class MazeDomain(TaskDomain):
         "The maze domain is episodic: its environment scores the agent "
         "(genenv_jax.episodes.rollout_episodes), not verify.")
 
-  def best_moves(self, cells: jax.Array, position: jax.Array) -> jax.Array:
+  def best_moves(self, dist: jax.Array, position: jax.Array) -> jax.Array:
     """int32[B] a move along a shortest path from position (UP for cells
-    with none)."""
-    dist = distances_to_goal(cells, self.size)
+    with none), given dist int32[B, W*W] (`distances_to_goal`)."""
     here = jnp.take_along_axis(dist, position[:, None], axis=1)[:, 0]
     w = self.size
     choice = jnp.full(position.shape, UP, jnp.int32)
@@ -296,10 +295,11 @@ class MazeDomain(TaskDomain):
     state = env.reset(parsed.task)
     n = parsed.task.shape[0]
     done = ~parsed.valid
+    dist = distances_to_goal(state.cells, self.size)
     acts, act_masks, observations, observation_masks = [], [], [], []
     for _ in range(env.max_turns):
       live = ~done
-      action = jnp.stack([self.best_moves(state.cells, state.position),
+      action = jnp.stack([self.best_moves(dist, state.position),
                           jnp.full((n,), EOS, jnp.int32)], axis=1)
       action_mask = jnp.broadcast_to(live[:, None], action.shape)
       stepped = env.step(state, action, action_mask)

@@ -61,8 +61,8 @@ def _grpo_step(config, domain, players, mesh, rules):
   def step(agent, rows, key):
     sample_key, update_key = jax.random.split(key)
     tasks = domain.parse(rows, rows != domain.pad_id)
-    attempts = coevolve.attempt(config, domain, players, agent, tasks,
-                                sample_key)
+    attempts = coevolve.attempt_stage(domain)(config, domain, players, agent,
+                                              tasks, sample_key)
     batch = coevolve.grpo_batch(config, players, agent, attempts)
     agent, _ = coevolve.agent_update(config, players, agent, batch,
                                      update_key)
