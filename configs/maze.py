@@ -54,10 +54,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       agent_steps=500, simulator_steps=1000, batch_size=64,
       # Shortest paths through mostly easy mazes (levels 1..5).
       agent_level_weights=(4, 2, 1, 0, 0),
-      simulator_difficulty_step=1, checkpoint_every=100)
+      simulator_difficulty_step=1, checkpoint_every=100,
+      # Co-evolution starts from a simulator one level above its seeds
+      # (then ± 1).
+      simulator_start="hard",
+      simulator_start_offsets=ml_collections.ConfigDict(dict(hard=1, easy=-1)))
   c.coevolve.update(num_steps=120, num_seeds=8, variations=4, attempts=8,
                     agent_epochs=1, agent_minibatches=2)
-  c.pool.update(capacity=4096, num_base=1024, base_max_difficulty=2,
+  c.pool.update(capacity=4096, num_base=1024, base_max_difficulty=3,
                 replay_tasks=8, generation_capacity=1024)
   # Held-out mazes per level, greedily and by 4 sampled episodes each.
   c.eval = ml_collections.ConfigDict(dict(every_steps=20, samples=4))
