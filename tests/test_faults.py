@@ -43,10 +43,17 @@ def _config(tfds_dir, arg=live.LIVE, **fields):
 
 
 def _records(workdir):
-  return [{k: v for k, v in r.items() if not k.startswith("perf/")
-           and k not in ("steps_per_sec", "uptime")}
-          for r in metrics_log.read_metrics(
-              os.path.join(workdir, metrics_log.METRICS_FILE))]
+  """metrics.jsonl's records without timing figures; records that hold only
+  timing figures are dropped (a resumed process writes its first one a step
+  later)."""
+  out = []
+  for r in metrics_log.read_metrics(
+      os.path.join(workdir, metrics_log.METRICS_FILE)):
+    kept = {k: v for k, v in r.items() if not k.startswith("perf/")
+            and k not in ("steps_per_sec", "uptime")}
+    if len(kept) > 1:
+      out.append(kept)
+  return out
 
 
 def _raw_checkpoint(workdir, step):
