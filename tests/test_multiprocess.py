@@ -84,8 +84,12 @@ def test_two_processes_match_one_and_their_checkpoint_resumes_in_one(
   config, reference = one_process
   workdir = str(tmp_path / "two")
   # The two processes prepare the seed data in their shared workdir (process
-  # 0 writes it, process 1 waits), run to the step-2 checkpoint and stop.
-  _two_processes(workdir, "--config.coevolve.num_steps=2")
+  # 0 writes it, process 1 waits), restore the one-process run's step 0 (its
+  # warm-started players: 400 warm-start steps in two processes drift from
+  # one process's by reduction order, 1.3e-5 relative in env_update/loss at
+  # step 1, past _RTOL), run to the step-2 checkpoint and stop.
+  _two_processes(workdir, "--config.coevolve.num_steps=2",
+                 f"--config.warmstart.init_from={reference}")
   want = _computed(reference)
   got = _computed(workdir)
   assert sorted(got) == [0, 1, 2]
@@ -93,6 +97,7 @@ def test_two_processes_match_one_and_their_checkpoint_resumes_in_one(
   largest = _largest_difference(got, {s: want[s] for s in got})
   # One process resumes the two processes' step-2 checkpoint.
   resumed = live.live_config(config.data.tfds_dir)
+  resumed.warmstart.init_from = reference
   loop.train_and_evaluate(resumed, workdir)
   live.assert_run_live(live.records(workdir), 3, config.coevolve.num_steps)
   largest = max(largest, _largest_difference(_computed(workdir), want))

@@ -399,8 +399,9 @@ def test_exported_player_loads_in_transformers_with_our_logits(uninterrupted,
   ours = np.asarray(decoder.forward(model_config, params, tokens, mask))
   theirs = hf.hf_logits(model, tokens, mask)
   assert np.abs(ours - theirs)[mask].max() < 1e-4
+  # (3 tokens however early the trained agent would write its EOS.)
   generated = model.generate(input_ids=torch.from_numpy(tokens[:1].astype(
-      np.int64)), max_new_tokens=3, do_sample=False)
+      np.int64)), max_new_tokens=3, min_new_tokens=3, do_sample=False)
   assert generated.shape == (1, 15)
 
   bf16 = tmp_path / "simulator"
