@@ -38,6 +38,15 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
+@pytest.hookimpl(tryfirst=True)  # before the terminal reporter reads it
+def pytest_configure(config):
+  """Every skipped test is listed with its reason in the run's summary: a
+  test that skips (e.g. tests/test_real_model_run.py on a machine without
+  the memory it needs) tested nothing, and the run says so."""
+  if not set("saA") & set(config.option.reportchars):
+    config.option.reportchars += "s"
+
+
 @pytest.fixture(scope="session")
 def smollm2_dir():
   """The SmolLM2-135M-Instruct HF directory (fp32 safetensors, config,
@@ -53,3 +62,14 @@ def qwen_tokenizer_dir():
   once per machine into the cache of `train.tools.real_models`."""
   from train.tools import real_models  # pylint: disable=g-import-not-at-top
   return str(real_models.qwen_tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def live_run(tmp_path_factory):
+  """(tfds_dir, workdir) of the session's finished live smoke run
+  (tests/live_run.py), made once for all xdist workers."""
+  from tests import live_run as live  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    root = root.parent  # shared by the workers
+  return live.shared_run(str(root))

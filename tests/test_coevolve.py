@@ -1,5 +1,8 @@
-"""The co-evolution step on the 8-device mesh, and the simulator update alone."""
+"""The co-evolution step on the 8-device mesh from the live run's
+warm-started players (tests/live_run.py), the PG arm's step, and the
+simulator update alone."""
 
+from etils import epath
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,9 +14,13 @@ from genenv_jax import curriculum
 from genenv_jax import sharding
 from genenv_jax.sampling import SamplingConfig, sample
 from genenv_jax.tasks import get_domain
+from train import datasets
+from train import init_from
 from train import loop
+from train import state_layout
 from train import warmstart
 
+from tests import live_run as live
 from tests import step_runs
 
 RULES = sharding.DEFAULT_RULES
@@ -26,32 +33,38 @@ def _smoke_config():
   return config
 
 
-def _state(config, domain, players, mesh):
-  agent_key, simulator_key = jax.random.split(jax.random.PRNGKey(0))
-  agent = loop.init_player_params(players.agent_model, agent_key, mesh, RULES)
-  env = loop.init_player_params(players.simulator_model, simulator_key, mesh, RULES)
-  rows, difficulty = domain.random_tasks(np.random.default_rng(0), 64)
-  return loop.create_state(config, domain, players, agent, env, rows,
-                           difficulty, mesh)
-
-
-def _run(config, mesh, num_steps):
+def _warm_started(live_run, config, mesh):
+  """(domain, players, the live run's step-0 state laid out on `mesh`, its
+  shardings): both players warm-started, the pool its base data."""
+  tfds_dir, workdir = live_run
   domain = get_domain(config.task)
   players = loop.build_players(config, domain)
-  state, shardings = _state(config, domain, players, mesh)
+  train = datasets.load_split(datasets.builder_config_from(config), "train",
+                              tfds_dir)
+  base = loop.base_row_indices(config, train["difficulty"])
+  target, shardings = state_layout.abstract_state(
+      config, domain, players, train["task"][base], train["difficulty"][base],
+      mesh, RULES)
+  state, _ = init_from.restore_step0(config, target, epath.Path(workdir))
+  return domain, players, state, shardings
+
+
+def _run(live_run, config, mesh, num_steps):
+  domain, players, state, shardings = _warm_started(live_run, config, mesh)
   return step_runs.run_steps(config, domain, players, state, shardings, mesh,
                              num_steps)
 
 
 @pytest.fixture(scope="module")
-def sharded_run():
-  config = _smoke_config()
+def sharded_run(live_run):
+  config = live.live_config(live_run[0])
   mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
-  return _run(config, mesh, 3)
+  return _run(live_run, config, mesh, 3)
 
 
 def test_step_compiles_once_and_metrics_are_finite(sharded_run):
   state, history, traces = sharded_run
+  live.assert_steps_live(history)
   assert traces == 1
   assert int(state.step) == 3
   names = {"env/success_rate", "env/in_band_frac", "env/valid_frac",
@@ -70,16 +83,18 @@ def test_step_compiles_once_and_metrics_are_finite(sharded_run):
   assert q.sharding.spec == jax.sharding.PartitionSpec("fsdp", "tensor", None)
   # Valid generated tasks entered the pool; invalid ones were counted.
   added = sum(m["env/valid_frac"] for m in history) * 8
-  assert int(state.pool.total_added) == round(added)
+  assert int(state.pool.total_added) == round(added) > 0
   for m in history:
     assert m["env/invalid_count"] == pytest.approx(8 * (1 - m["env/valid_frac"]))
 
 
-def test_sharded_step_matches_single_device(sharded_run):
+def test_sharded_step_matches_single_device(live_run, sharded_run):
   state, history, _ = sharded_run
-  config = _smoke_config()
+  live.assert_steps_live(history)
+  config = live.live_config(live_run[0])
   single = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
-  ref_state, ref_history, _ = _run(config, single, 3)
+  ref_state, ref_history, _ = _run(live_run, config, single, 3)
+  assert len(history) == len(ref_history) == 3
   for got, want in zip(history, ref_history):
     for name in want:
       np.testing.assert_allclose(got[name], want[name], rtol=2e-4, atol=2e-5,
@@ -87,6 +102,35 @@ def test_sharded_step_matches_single_device(sharded_run):
   # Same generations, same attempts: the pools are identical.
   np.testing.assert_array_equal(np.asarray(state.pool.tasks),
                                 np.asarray(ref_state.pool.tasks))
+  # Both players' updates: the same parameters on either mesh.
+  for player in ("agent", "simulator"):
+    for got, want in zip(*(jax.tree.leaves(getattr(s, player).params)
+                           for s in (state, ref_state))):
+      np.testing.assert_allclose(np.asarray(got), np.asarray(want),
+                                 rtol=2e-4, atol=2e-5, err_msg=player)
+
+
+def test_pg_arm_step_updates_the_simulator_within_its_kl_cap(live_run):
+  """The genenv_pg arm's step (make_step -> simulator_update's PG branch)
+  from the warm-started players: the simulator is updated at each step with
+  well-formed tasks, by a nonzero advantage, within the KL cap."""
+  config = live.live_config(live_run[0], f"{live.LIVE},genenv_pg")
+  mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
+  domain, players, state, shardings = _warm_started(live_run, config, mesh)
+  before = jax.device_get(state.simulator.params)
+  state, history, _ = step_runs.run_steps(config, domain, players, state,
+                                          shardings, mesh, 2)
+  live.assert_steps_live(history)
+  cap = config.simulator_update.kl_cap
+  for m in history:
+    assert m["env_update/updated"] == float(m["env/valid_frac"] > 0), m
+    assert m["env_update/update_kl"] <= cap * (1 + 1e-4), m
+    assert np.isfinite(m["env_update/loss"])
+  # Seeds whose R_env differ from the batch's mean: a policy gradient.
+  assert max(m["env_update/adv_abs_mean"] for m in history) > 0
+  moved = [np.abs(np.asarray(a) - b).max() for a, b in zip(
+      jax.tree.leaves(state.simulator.params), jax.tree.leaves(before))]
+  assert max(moved) > 0
 
 
 def _scripted_simulator_training(alpha, steps):

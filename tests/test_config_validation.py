@@ -12,7 +12,8 @@ from train import config_validation, loop
 
 SHIPPED = (
     [(f"default.py:{v}", lambda v=v: default.get_config(v), 8)
-     for v in ["", "smoke", *default.ARMS, *(f"smoke,{a}" for a in default.ARMS)]]
+     for v in ["", "smoke", "live", *default.ARMS,
+               *(f"{size},{a}" for size in ("smoke", "live") for a in default.ARMS)]]
     + [("default.py on 1 device", default.get_config, 1),
        ("default.py on 2 devices", default.get_config, 2),
        ("text.py", text.get_config, 8),
@@ -76,6 +77,26 @@ def _set(config, field, value):
     ("coevolve.agent_minibatches", 12, r"/ coevolve\.agent_minibatches = 4 rows"
      r".*expected a multiple of 8"),
     ("warmstart.batch_size", 12, r"warmstart\.batch_size = 12 rows"),
+    # The smoke task has 2 levels: one weight per level at most, none < 0,
+    # not all 0.
+    ("warmstart.agent_level_weights", (1, 1, 1),
+     r"config\.warmstart\.agent_level_weights=\(1, 1, 1\): expected 1 to "
+     r"task\.max_digits=2 weights >= 0, not all 0"),
+    ("warmstart.agent_level_weights", (0, 0),
+     r"config\.warmstart\.agent_level_weights=\(0, 0\)"),
+    ("warmstart.agent_level_weights", (2, -1),
+     r"config\.warmstart\.agent_level_weights=\(2, -1\)"),
+    ("pool.num_base", 257, r"config\.pool\.num_base=257: expected an integer in "
+     r"\[1, 256\]"),
+    ("curriculum.success_threshold", 0.0,
+     r"config\.curriculum\.success_threshold=0\.0: expected a finite number in "
+     r"\(0\.0, 1\.0\]"),
+    ("curriculum.success_threshold", 1.5,
+     r"config\.curriculum\.success_threshold=1\.5"),
+    # Greedy writing only for a simulator that is never updated.
+    ("coevolve.simulator_temperature", 0.0,
+     r"config\.coevolve\.simulator_temperature=0\.0: expected a finite number "
+     r"> 0\.0"),
 ])
 def test_bad_value_fails_naming_the_field(field, value, message):
   config = default.get_config("smoke")
@@ -86,6 +107,43 @@ def test_bad_value_fails_naming_the_field(field, value, message):
   _set(config, field, value)
   with pytest.raises(ValueError, match=message):
     config_validation.validate(config, 8)
+
+
+@pytest.mark.parametrize("fields, message", [
+    # Per-seed p̂ gives a seed's variations one R_env: a per-seed baseline
+    # leaves every advantage 0.
+    (dict(method="pg", pg_baseline="seed"),
+     r"pg_baseline='seed' with config\.curriculum\.per_seed=True"),
+    (dict(method="pg", replay_share=0.5),
+     r"config\.simulator_update\.replay_share=0\.5: expected 0 unless "
+     r"config\.simulator_update\.method='rwr'"),
+    (dict(method="none", replay_share=0.5),
+     r"config\.simulator_update\.replay_share=0\.5.*method='rwr'"),
+])
+def test_simulator_update_fields_that_exclude_each_other_are_refused(
+    fields, message):
+  config = default.get_config("smoke")
+  config.simulator_update.update(fields)
+  with pytest.raises(ValueError, match=message):
+    config_validation.validate(config, 8)
+  # Each alone is accepted.
+  for name, value in fields.items():
+    alone = default.get_config("smoke")
+    alone.simulator_update[name] = value
+    config_validation.validate(alone, 8)
+
+
+def test_pg_seed_baseline_is_accepted_with_per_task_success():
+  config = default.get_config("smoke,genenv_pg")
+  config.simulator_update.pg_baseline = "seed"
+  config.curriculum.per_seed = False
+  config_validation.validate(config, 8)
+
+
+def test_greedy_writing_is_accepted_for_a_frozen_simulator():
+  config = default.get_config("smoke,frozen_env")
+  config.coevolve.simulator_temperature = 0.0
+  config_validation.validate(config, 8)
 
 
 def test_static_generation_needs_a_frozen_simulator():

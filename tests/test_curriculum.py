@@ -151,18 +151,54 @@ def test_compute_per_seed():
     curriculum.compute(REWARDS, VALID, cfg)
 
 
+# Six tasks, four attempts each; task 2 is invalid. p̂ = .75, 0, -, .5, .25, 1.
+BAND_REWARDS = jnp.array([[1.0, 1.0, 0.0, 1.0],
+                          [0.0, 0.0, 0.0, 0.0],
+                          [1.0, 1.0, 1.0, 1.0],
+                          [0.0, 1.0, 1.0, 0.0],
+                          [0.0, 0.0, 1.0, 0.0],
+                          [1.0, 1.0, 1.0, 1.0]])
+BAND_VALID = jnp.array([True, True, False, True, True, True])
+# R_env of each task under each reward, by hand (α = 0.5, β = 20; 0 where
+# invalid): α: exp(-20 (p̂ - ½)²); uncertainty: 1 - 2|p̂ - ½|; learnability:
+# 1 - p̂ when 0 < p̂ < 1, else 0.
+BAND_R = {
+    "alpha": [math.exp(-1.25), math.exp(-5.0), 0.0, 1.0, math.exp(-1.25),
+              math.exp(-5.0)],
+    "uncertainty": [0.5, 0.0, 0.0, 1.0, 0.5, 0.0],
+    "learnability": [0.25, 0.0, 0.0, 0.5, 0.75, 0.0],
+}
+
+
+def _softmax_over(rewards, kept):
+  """exp(R_i) / Σ_kept exp(R_j) for the kept i (λ = 1), 0 elsewhere."""
+  total = sum(math.exp(r) for r, k in zip(rewards, kept) if k)
+  return [math.exp(r) / total if k else 0.0 for r, k in zip(rewards, kept)]
+
+
 @pytest.mark.parametrize("reward", curriculum.REWARDS)
 def test_band_filter_is_a_choice_under_every_reward(reward):
-  # p̂ = (.75, 0, -, .5): only the last task is inside α ± 0.1.
-  filtered = curriculum.compute(REWARDS, VALID, _cfg(reward=reward))
-  np.testing.assert_array_equal(filtered.keep, [False, False, False, True])
-  unfiltered = curriculum.compute(REWARDS, VALID,
-                                  _cfg(reward=reward, band_filter=False))
-  np.testing.assert_array_equal(unfiltered.keep, VALID)
-  np.testing.assert_allclose(unfiltered.reward, filtered.reward)
-  expected = curriculum.rwr_weights(filtered.reward, VALID, 1.0)
-  np.testing.assert_allclose(unfiltered.weights, expected, rtol=1e-6)
-  assert float(unfiltered.weights[0]) > 0.0
+  assert set(BAND_R) == set(curriculum.REWARDS)
+  r = BAND_R[reward]
+  # The band α ± 0.25 keeps p̂ = .75, .5 and .25 (edges included): three kept
+  # tasks with rewards that differ under every reward.
+  filtered = curriculum.compute(BAND_REWARDS, BAND_VALID,
+                                _cfg(reward=reward, band=0.25))
+  np.testing.assert_allclose(filtered.p_hat, [0.75, 0.0, 0.0, 0.5, 0.25, 1.0])
+  np.testing.assert_allclose(filtered.reward, r, rtol=1e-6, atol=1e-7)
+  kept = [True, False, False, True, True, False]
+  np.testing.assert_array_equal(filtered.keep, kept)
+  np.testing.assert_allclose(filtered.weights, _softmax_over(r, kept),
+                             rtol=1e-6)
+  # Without the filter every valid task is weighted by its reward alone,
+  # p̂ = 0 and 1 included.
+  unfiltered = curriculum.compute(
+      BAND_REWARDS, BAND_VALID,
+      _cfg(reward=reward, band=0.25, band_filter=False))
+  np.testing.assert_array_equal(unfiltered.keep, BAND_VALID)
+  np.testing.assert_allclose(unfiltered.weights,
+                             _softmax_over(r, np.asarray(BAND_VALID)),
+                             rtol=1e-6)
 
 
 def test_configs_default_filters_under_every_reward():

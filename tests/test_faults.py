@@ -1,8 +1,10 @@
-"""Faults injected into the smoke config, and what the run does about each:
-divergence, corrupt checkpoints, a changed config, a second process, kills
-in stage 1 and before checkpoint 0 (issue 23; docs/robustness.md).
+"""Faults injected into the live smoke config, and what the run does about
+each: divergence, corrupt checkpoints, a changed config, a second process,
+kills in stage 1 and before checkpoint 0 (issue 23; docs/robustness.md).
 
-One finished 2-step run is shared; each case copies it or reads it.
+The session's finished live run (tests/live_run.py; checkpoints 0, 2 and 4)
+is shared; each case copies it or reads it. A case that reruns steps and
+compares them with it first checks that they are live.
 """
 
 import json
@@ -26,11 +28,11 @@ from train import nonfinite
 from train import warmstart
 from train import workdir as workdir_lib
 
+from tests import live_run as live
 
-def _config(tfds_dir, **fields):
-  config = default.get_config("smoke")
-  config.data.tfds_dir = tfds_dir
-  config.coevolve.num_steps = 2
+
+def _config(tfds_dir, arg=live.LIVE, **fields):
+  config = live.live_config(tfds_dir, arg)
   for name, value in fields.items():
     node = config
     *parents, leaf = name.split(".")
@@ -41,10 +43,17 @@ def _config(tfds_dir, **fields):
 
 
 def _records(workdir):
-  return [{k: v for k, v in r.items() if not k.startswith("perf/")
-           and k not in ("steps_per_sec", "uptime")}
-          for r in metrics_log.read_metrics(
-              os.path.join(workdir, metrics_log.METRICS_FILE))]
+  """metrics.jsonl's records without timing figures; records that hold only
+  timing figures are dropped (a resumed process writes its first one a step
+  later)."""
+  out = []
+  for r in metrics_log.read_metrics(
+      os.path.join(workdir, metrics_log.METRICS_FILE)):
+    kept = {k: v for k, v in r.items() if not k.startswith("perf/")
+            and k not in ("steps_per_sec", "uptime")}
+    if len(kept) > 1:
+      out.append(kept)
+  return out
 
 
 def _raw_checkpoint(workdir, step):
@@ -54,13 +63,21 @@ def _raw_checkpoint(workdir, step):
   return manager.restore(step, args=ocp.args.StandardRestore())
 
 
+def _assert_same_players(workdir, other, step):
+  again, first = _raw_checkpoint(workdir, step), _raw_checkpoint(other, step)
+  for player in ("agent", "simulator"):
+    for a, b in zip(*(jax.tree.leaves(x[player]["params"])
+                      for x in (again, first))):
+      np.testing.assert_array_equal(a, b, err_msg=player)
+
+
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-  """(tfds_dir, workdir) of a finished smoke run of 2 steps."""
-  tfds_dir = str(tmp_path_factory.getbasetemp() / "tfds")
-  workdir = str(tmp_path_factory.mktemp("finished"))
-  loop.train_and_evaluate(_config(tfds_dir), workdir)
-  return tfds_dir, workdir
+def finished(live_run):
+  """(tfds_dir, workdir) of the session's finished live run (4 steps)."""
+  return live_run
+
+
+LAST = 4  # the live run's last step and checkpoint; 2 is the one before
 
 
 def _largest_data_file(step_dir: epath.Path) -> epath.Path:
@@ -85,6 +102,15 @@ def _delete_metadata(step_dir):
   (step_dir / "default" / "_METADATA").unlink()
 
 
+def _drop_checksums(step_dir):
+  """What a kill between orbax's commit and the checksum write leaves: no
+  checksums.json (its write_atomic's partial file at most)."""
+  sums = step_dir / checkpointing.CHECKSUM_FILE
+  partial = step_dir / (checkpointing.CHECKSUM_FILE + ".partial")
+  partial.write_text(sums.read_text()[:40])
+  sums.unlink()
+
+
 @pytest.mark.parametrize("fault", ["flipped_bytes", "truncated", "deleted"])
 def test_each_checkpoint_corruption_is_detected_naming_the_file(
     finished, tmp_path, fault):
@@ -105,23 +131,52 @@ def test_each_checkpoint_corruption_is_detected_naming_the_file(
     assert "bytes," in problem
 
 
+@pytest.mark.parametrize("fault", ["flipped_bytes", "checksums_missing"])
 def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(
-    finished, tmp_path, capsys):
+    finished, tmp_path, capsys, fault):
   tfds_dir, workdir = finished
   copy = str(tmp_path / "run")
   shutil.copytree(workdir, copy)
-  data_file = _largest_data_file(epath.Path(copy) / "checkpoints" / "2")
-  _flip_bytes(data_file)
+  step_dir = epath.Path(copy) / "checkpoints" / str(LAST)
+  if fault == "flipped_bytes":
+    why = str(_largest_data_file(step_dir))
+    _flip_bytes(_largest_data_file(step_dir))
+  else:
+    why = f"{step_dir / checkpointing.CHECKSUM_FILE} is missing"
+    _drop_checksums(step_dir)
   loop.train_and_evaluate(_config(tfds_dir), copy)
-  assert f"Checkpoint step 2 skipped: {data_file}" in capsys.readouterr().out
+  assert f"Checkpoint step {LAST} skipped: {why}" in capsys.readouterr().out
   rejected = os.listdir(os.path.join(copy, checkpointing.REJECTED_DIR))
-  assert [name.split("-")[0] for name in rejected] == ["2"]
-  # Steps 1-2 were run again from step 0: the same metrics and parameters.
+  assert [name.split("-")[0] for name in rejected] == [str(LAST)]
+  # Steps 3-4 were run again from step 2, both players learning: the same
+  # metrics and parameters.
+  live.assert_run_live(live.records(copy), 3, LAST)
   assert _records(copy) == _records(workdir)
-  again, first = _raw_checkpoint(copy, 2), _raw_checkpoint(workdir, 2)
-  for a, b in zip(*(jax.tree.leaves(x["agent"]["params"])
-                    for x in (again, first))):
-    np.testing.assert_array_equal(a, b)
+  _assert_same_players(copy, workdir, LAST)
+
+
+@pytest.mark.parametrize("fault", ["missing", "partial_write", "not_json"])
+def test_latest_checkpoint_without_readable_checksums_is_skipped(
+    finished, tmp_path, fault):
+  _, workdir = finished
+  directory = epath.Path(tmp_path / "checkpoints")
+  shutil.copytree(os.path.join(workdir, "checkpoints"), directory)
+  sums = directory / str(LAST) / checkpointing.CHECKSUM_FILE
+  if fault == "missing":
+    sums.unlink()
+    expected = f"{sums} is missing"
+  elif fault == "partial_write":
+    _drop_checksums(directory / str(LAST))
+    expected = f"{sums} is missing"
+  else:
+    sums.write_text(sums.read_text()[:40])  # cut mid-record
+    expected = f"{sums} is not valid JSON"
+  checkpoints = checkpointing.Checkpoints(directory, 2)
+  assert checkpoints.latest_step() == LAST - 2
+  assert [step for step, _ in checkpoints.skipped] == [LAST]
+  assert expected in checkpoints.skipped[0][1]
+  rejected = os.listdir(tmp_path / checkpointing.REJECTED_DIR)
+  assert [name.split("-")[0] for name in rejected] == [str(LAST)]
 
 
 def test_no_intact_checkpoint_is_an_error_naming_the_files(finished,
@@ -129,18 +184,21 @@ def test_no_intact_checkpoint_is_an_error_naming_the_files(finished,
   _, workdir = finished
   directory = epath.Path(tmp_path / "checkpoints")
   shutil.copytree(os.path.join(workdir, "checkpoints"), directory)
-  _delete_metadata(directory / "2")
+  _delete_metadata(directory / str(LAST))
+  (directory / "2" / checkpointing.CHECKSUM_FILE).unlink()
   _truncate(_largest_data_file(directory / "0"))
   with pytest.raises(checkpointing.CorruptCheckpointError) as info:
     checkpointing.Checkpoints(directory, 2)
   message = str(info.value)
-  assert f"step 2: {directory / '2' / 'default' / '_METADATA'} is missing" in (
-      message)
+  assert (f"step {LAST}: {directory / str(LAST) / 'default' / '_METADATA'} "
+          "is missing") in message
+  assert (f"step 2: {directory / '2' / checkpointing.CHECKSUM_FILE} is "
+          "missing") in message
   assert "step 0: " in message and "bytes," in message
 
 
 @pytest.mark.parametrize("field,value,conflict", [
-    ("curriculum.alpha", 0.3, "curriculum.alpha: 0.5 != 0.3"),
+    ("curriculum.alpha", 0.3, "curriculum.alpha: 0.1 != 0.3"),
     ("agent.model_overrides.hidden_size", 64,
      "agent.model_overrides.hidden_size: 32 != 64"),
 ])
@@ -226,8 +284,8 @@ def test_diverging_run_stops_before_its_next_checkpoint(finished, tmp_path,
 
 def test_diverging_warm_start_stops_before_its_checkpoint(finished, tmp_path):
   tfds_dir, _ = finished
-  config = _config(tfds_dir, **{"warmstart.learning_rate": 1e6,
-                                "max_skipped_updates": 0})
+  config = _config(tfds_dir, "smoke", **{"warmstart.learning_rate": 1e6,
+                                         "max_skipped_updates": 0})
   with pytest.raises(nonfinite.NonFiniteUpdateError,
                      match=r"warmstart/agent/skipped_updates") as info:
     loop.train_and_evaluate(config, str(tmp_path))
@@ -254,12 +312,14 @@ def test_kills_in_warm_start_and_before_checkpoint0_resume_to_the_same_run(
       save(self, s, state)
     monkeypatch.setattr(checkpointing.Checkpoints, "save", fake_save)
 
-  # 1. Killed at the agent warm-start's last save: its step-2 checkpoint
-  # holds; the rerun trains steps 3-4 only.
-  kill_at("agent", config.warmstart.agent_steps)
+  # 1. Killed at the agent warm-start's last save: the checkpoint before it
+  # holds; the rerun trains the steps after it only.
+  ws = config.warmstart
+  kill_at("agent", ws.agent_steps)
   with pytest.raises(_Killed):
     loop.train_and_evaluate(config, str(tmp_path))
-  assert os.listdir(tmp_path / warmstart.CHECKPOINT_DIR / "agent") == ["2"]
+  assert os.listdir(tmp_path / warmstart.CHECKPOINT_DIR / "agent") == [
+      str(ws.agent_steps - ws.checkpoint_every)]
   # 2. Killed after the step-0 answers and metrics, before checkpoint 0.
   kill_at("checkpoints", 0)
   with pytest.raises(_Killed):
@@ -269,7 +329,9 @@ def test_kills_in_warm_start_and_before_checkpoint0_resume_to_the_same_run(
   # 3. A clean rerun: the same run as one never killed, no duplicate lines.
   monkeypatch.setattr(checkpointing.Checkpoints, "save", save)
   loop.train_and_evaluate(config, str(tmp_path))
+  live.assert_run_live(live.records(str(tmp_path)), 1, LAST)
   assert _records(str(tmp_path)) == _records(workdir)
+  _assert_same_players(str(tmp_path), workdir, LAST)
   assert not (tmp_path / warmstart.CHECKPOINT_DIR).exists()
   np.testing.assert_array_equal(
       np.load(tmp_path / checkpointing.STEP0_ANSWERS),

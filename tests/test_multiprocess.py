@@ -1,5 +1,6 @@
 """One job as two JAX processes (launch/multiprocess.sh) against one process
-with the same 8 CPU devices and mesh: the smoke config's metrics, and a
+with the same 8 CPU devices and mesh: the live smoke config's metrics (the
+one-process run is the session's live run, tests/live_run.py), and a
 checkpoint the two processes write resumed by one."""
 
 import json
@@ -9,9 +10,10 @@ import sys
 
 import pytest
 
-from configs import default
 from train import loop
 from train import metrics_log
+
+from tests import live_run as live
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Metrics that depend on wall-clock time, not on the computation.
@@ -61,7 +63,7 @@ def _two_processes(workdir, *flags):
              XLA_FLAGS="--xla_force_host_platform_device_count=8")
   result = subprocess.run(
       [os.path.join(ROOT, "launch", "multiprocess.sh"), "2",
-       "--config=" + os.path.join(ROOT, "configs", "default.py") + ":smoke",
+       f"--config={os.path.join(ROOT, 'configs', 'default.py')}:{live.LIVE}",
        f"--workdir={workdir}", "--compilation_cache_dir=none", *flags],
       env=env, capture_output=True, text=True, timeout=900, check=False)
   logs = os.path.join(workdir, "logs", "process_1.log")
@@ -72,12 +74,9 @@ def _two_processes(workdir, *flags):
 
 
 @pytest.fixture(scope="module")
-def one_process(tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp("one_process"))
-  config = default.get_config("smoke")
-  config.data.tfds_dir = str(tmp_path_factory.mktemp("tfds"))
-  loop.train_and_evaluate(config, workdir)
-  return config, workdir
+def one_process(live_run):
+  tfds_dir, workdir = live_run
+  return live.live_config(tfds_dir), workdir
 
 
 def test_two_processes_match_one_and_their_checkpoint_resumes_in_one(
@@ -85,16 +84,22 @@ def test_two_processes_match_one_and_their_checkpoint_resumes_in_one(
   config, reference = one_process
   workdir = str(tmp_path / "two")
   # The two processes prepare the seed data in their shared workdir (process
-  # 0 writes it, process 1 waits), run to the step-2 checkpoint and stop.
-  _two_processes(workdir, "--config.coevolve.num_steps=2")
+  # 0 writes it, process 1 waits), restore the one-process run's step 0 (its
+  # warm-started players: 400 warm-start steps in two processes drift from
+  # one process's by reduction order, 1.3e-5 relative in env_update/loss at
+  # step 1, past _RTOL), run to the step-2 checkpoint and stop.
+  _two_processes(workdir, "--config.coevolve.num_steps=2",
+                 f"--config.warmstart.init_from={reference}")
   want = _computed(reference)
   got = _computed(workdir)
   assert sorted(got) == [0, 1, 2]
+  live.assert_run_live(live.records(workdir), 1, 2)
   largest = _largest_difference(got, {s: want[s] for s in got})
   # One process resumes the two processes' step-2 checkpoint.
-  resumed = default.get_config("smoke")
-  resumed.data.tfds_dir = config.data.tfds_dir
+  resumed = live.live_config(config.data.tfds_dir)
+  resumed.warmstart.init_from = reference
   loop.train_and_evaluate(resumed, workdir)
+  live.assert_run_live(live.records(workdir), 3, config.coevolve.num_steps)
   largest = max(largest, _largest_difference(_computed(workdir), want))
   print(f"largest metric difference, 2 processes vs 1: {largest:.3g}")
   with open(os.path.join(workdir, "report", "summary.json")) as f:

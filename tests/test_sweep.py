@@ -83,8 +83,9 @@ def test_config_flag_parses_combined_variants():
 @pytest.mark.parametrize("arg,message", [
     ("frozen", "unknown variant(s) ['frozen']"),
     ("smoke,bogus", "unknown variant(s) ['bogus']"),
-    ("frozen_env,genenv", "at most 'smoke' and one arm"),
-    ("smoke,smoke", "at most 'smoke' and one arm"),
+    ("frozen_env,genenv", "at most one size of ['live', 'smoke'] and one arm"),
+    ("smoke,smoke", "at most one size of ['live', 'smoke'] and one arm"),
+    ("smoke,live", "at most one size of ['live', 'smoke'] and one arm"),
 ])
 def test_bad_variant_names_arg_and_arms(arg, message):
   with pytest.raises(ValueError) as info:
