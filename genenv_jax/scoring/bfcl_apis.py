@@ -182,15 +182,23 @@ class ApiSession:
 def state_differences(model: ApiSession, ground_truth: ApiSession) -> dict[str, list[str]]:
   """class name -> the public attributes of the ground truth's instance that the
   model's instance of the same class does not equal (BFCL's state check: `!=` on
-  each attribute); empty when the states agree."""
+  each attribute; an attribute too deeply nested to compare, e.g. a directory
+  copied into itself, differs); empty when the states agree."""
   differences = {}
   for class_name, expected in ground_truth.instances.items():
     actual = model.instances[class_name]
     names = [name for name, value in vars(expected).items()
-             if not name.startswith("_") and getattr(actual, name) != value]
+             if not name.startswith("_") and _differs(getattr(actual, name), value)]
     if names:
       differences[class_name] = names
   return differences
+
+
+def _differs(actual: Any, expected: Any) -> bool:
+  try:
+    return bool(actual != expected)
+  except RecursionError:
+    return True
 
 
 class _numeric_contexts_restored:  # pylint: disable=invalid-name

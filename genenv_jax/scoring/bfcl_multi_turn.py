@@ -134,9 +134,13 @@ def make_entry(record: dict[str, Any], ground_truth: Sequence[Sequence[str]],
       functions.remove(match[0])
       docs.append(match[0])
     held_out[int(turn)] = tuple(docs)
+  documented = {f["name"] for c in classes for f in func_docs[c]}
   for turn in ground_truth:
     for text in turn:
-      bfcl_apis.ground_truth_call(text)
+      name, _, _ = bfcl_apis.ground_truth_call(text)
+      if name not in documented:
+        raise InputError(f"{where}: ground-truth call {text[:200]!r} names no "
+                         f"function of {', '.join(classes)}")
   fields = dict(
       id=entry_id, involved_classes=tuple(classes),
       initial_config=record.get("initial_config", {}),

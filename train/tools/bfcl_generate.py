@@ -15,6 +15,7 @@ compiles once; a prediction is the completion's text without its stop token.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from typing import Any, Sequence
@@ -122,18 +123,20 @@ def _stop_ids(tokenizer) -> tuple[int, ...]:
 
 def generate(agent: Agent, prompts: Sequence[list[dict[str, str]]], mesh,
              max_new_tokens: int, batch_size: int, temperature: float = 0.0,
-             seed: int = 0) -> list[str]:
+             seed: int = 0, width_multiple: int = 1) -> list[str]:
   """The agent's completion text for each chat prompt (stop token excluded).
 
-  Prompts are left-padded to the longest one's width and decoded `batch_size`
-  at a time (the last batch filled up with copies of the first prompt).
+  Prompts are left-padded to the longest one's width, rounded up to a multiple of
+  `width_multiple` (so that calls with prompts of similar widths share one
+  compiled sampler), and decoded `batch_size` at a time (the last batch filled up
+  with copies of the first prompt).
   """
   if batch_size < 1 or max_new_tokens < 1:
     raise InputError(f"--batch_size={batch_size} and --max_new_tokens={max_new_tokens} "
                      "must be >= 1")
   tokenizer = agent.tokenizer
   ids = [_prompt_ids(tokenizer, messages) for messages in prompts]
-  width = max(map(len, ids))
+  width = -(-max(map(len, ids)) // width_multiple) * width_multiple
   pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
   tokens = np.full((len(ids), width), pad_id, np.int32)
   for row, prompt in zip(tokens, ids):
@@ -142,13 +145,7 @@ def generate(agent: Agent, prompts: Sequence[list[dict[str, str]]], mesh,
   stops = _stop_ids(tokenizer)
   sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature,
                             eos_ids=stops, pad_id=pad_id)
-
-  @jax.jit
-  @sharding.in_mesh(mesh, sharding.DEFAULT_RULES)
-  def decode(params, prompt, prompt_mask, rng):
-    out = sample(agent.model, params, prompt, prompt_mask, rng, sampling)
-    return out.tokens, out.mask
-
+  decode = _decoder(agent.model, sampling, mesh)
   texts = []
   for start in range(0, len(ids), batch_size):
     chunk = np.arange(start, start + batch_size)
@@ -160,6 +157,20 @@ def generate(agent: Agent, prompts: Sequence[list[dict[str, str]]], mesh,
       kept = [int(t) for t, m in zip(row, row_mask) if m and int(t) not in stops]
       texts.append(tokenizer.decode(kept, skip_special_tokens=True))
   return texts
+
+
+@functools.lru_cache(maxsize=8)
+def _decoder(model: ModelConfig, sampling: SamplingConfig, mesh):
+  """The jitted sampler of `model` under `sampling` on `mesh`: (params, prompt
+  int32[B, P], prompt_mask bool[B, P], rng) -> (tokens int32[B, N], mask bool[B, N])."""
+
+  @jax.jit
+  @sharding.in_mesh(mesh, sharding.DEFAULT_RULES)
+  def decode(params, prompt, prompt_mask, rng):
+    out = sample(model, params, prompt, prompt_mask, rng, sampling)
+    return out.tokens, out.mask
+
+  return decode
 
 
 def write_predictions(data_dir: str, category: str, agent: Agent, path: str, mesh,
