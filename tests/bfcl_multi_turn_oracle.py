@@ -1,0 +1,73 @@
+"""The official BFCL multi-turn verdict, as the oracle of the differential tests.
+
+`official_verdict` runs bfcl-eval's own scoring path for one result record: the
+decode loop of `eval_checker.eval_runner._evaluate_single_multi_turn_entry` (the
+turn-count check, BFCL's prompt-mode execution decoder on every step, skipping
+steps that fail to decode or decode to nothing; reproduced here because importing
+eval_runner pulls in pandas and every model handler), then
+`multi_turn_checker.multi_turn_checker` itself, which `eval`s the decoded calls on
+the API classes. It runs only on texts the tests write.
+
+The checker keeps its API instances in module globals keyed on the model name and
+entry id; every call uses a model name of its own, so that runs do not share state.
+The heavy imports the decoder module pulls in (model registry, Java/JavaScript
+parsers, tenacity) are stubbed as in tests/test_bfcl_differential.py.
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import itertools
+import os
+import shutil
+import sys
+import tempfile
+import types
+
+
+def _stub(name: str, **attributes) -> None:
+  if name not in sys.modules:
+    module = types.ModuleType(name)
+    module.__dict__.update(attributes)
+    sys.modules[name] = module
+
+
+if "BFCL_PROJECT_ROOT" not in os.environ:
+  _ROOT = tempfile.mkdtemp(prefix="bfcl_project_root_")
+  atexit.register(shutil.rmtree, _ROOT, ignore_errors=True)
+  os.environ["BFCL_PROJECT_ROOT"] = _ROOT
+_stub("bfcl_eval.constants.model_config", MODEL_CONFIG_MAPPING={})
+_stub("bfcl_eval.model_handler.parser.java_parser", parse_java_function_call=None)
+_stub("bfcl_eval.model_handler.parser.js_parser", parse_javascript_function_call=None)
+_stub("tenacity", retry=None, retry_if_exception_message=None,
+      retry_if_exception_type=None, wait_random_exponential=None)
+
+# pylint: disable=wrong-import-position
+from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import is_empty_execute_response
+from bfcl_eval.model_handler.utils import default_decode_execute_prompting
+
+_RUNS = itertools.count()
+
+
+def official_verdict(question: dict, ground_truth: list, result: list) -> bool:
+  """Whether BFCL's multi-turn scoring passes `result` (per turn, step texts) on
+  the question line `question` with `ground_truth`."""
+  if not isinstance(result, list) or len(result) != len(ground_truth):
+    return False  # BFCL: inference error / force-terminated
+  decoded = []
+  for turn in result:
+    steps = []
+    for text in turn:
+      try:
+        calls = default_decode_execute_prompting(text, has_tool_call_tag=False)
+      except Exception:  # pylint: disable=broad-except  # BFCL skips the step
+        continue
+      if not is_empty_execute_response(calls):
+        steps.append(calls)
+    decoded.append(steps)
+  model_name = f"oracle_run_{next(_RUNS)}"
+  verdict = multi_turn_checker(decoded, copy.deepcopy(ground_truth),
+                               copy.deepcopy(question), "multi_turn", model_name)
+  return bool(verdict["valid"])
