@@ -146,6 +146,31 @@ def test_verdicts_agree_with_the_official_checker(category):
   assert 0.2 * compared < passed < 0.8 * compared
 
 
+HAND_WRITTEN = [
+    "[cd(folder=document), mkdir(dir_name=temp)]", "cd(folder='document')",
+    "```\n[cd(folder='document')]\n```", "[cd(folder={})]", "[cd(folder={'a': {}})]",
+    "[cd(folder={'a': {'b': 1}, 'c': {}})]", "[cd(folder={'a': 1, 'b': {}})]",
+    "[cd(folder={'a': {'b': 1}})]", "[mkdir(dir_name={1: 'x'})]", "[cd(folder=1e999)]",
+    "[cd(folder='document'), cd(folder='..')]", "[cd('document')]", "[cd(folder=-1)]",
+    "[cd(folder='document', extra=1)]", "[pwd(), ls(a=True), pwd()]", "[]", "ls",
+    "[cd(folder='doc' + 'ument')]", "[cd(folder=documents[0])]", "[echo(content=f(x))]",
+]
+
+
+@pytest.mark.parametrize("text", HAND_WRITTEN)
+def test_hand_written_steps_agree_with_the_official_checker(text):
+  category = "multi_turn_base"
+  entry = mt.load_category(DATA_DIR, category)[0]
+  question = _questions(category)[entry.id]
+  truth = [[_render([_keyword_call(entry, c) for c in t])] if t else [CHATTER]
+           for t in entry.ground_truth]
+  rest = _render([_keyword_call(entry, c) for c in entry.ground_truth[0][1:]])
+  for first in ([text], [text] + truth[0], [text, rest]):
+    result = [first] + truth[1:]
+    official = official_verdict(question, [list(t) for t in entry.ground_truth], result)
+    assert mt.score(entry, result).verdict.correct == official, (first, official)
+
+
 # ------------------------------------------------------------------ environment
 
 
@@ -214,6 +239,16 @@ def test_held_out_functions_are_revealed_at_their_turn_as_bfcl_does():
       functions=list(docs))
   assert env.MAX_STEPS_PER_TURN == default_prompts.MAXIMUM_STEP_LIMIT
   assert env.transition(entry, steps).score.verdict.correct
+
+
+@pytest.mark.parametrize("text", [
+    "I moved the file.", "[]", "[cd(folder={})]", "[cd(folder={'a': {'b': {}}})]",
+    '[{"name": "cd", "arguments": {"folder": "document"}}]', "[cd(folder=document.x)]",
+    "[cd(folder=lambda: 1)]", "[1, cd(folder='document')]"])
+def test_a_step_bfcl_does_not_decode_to_calls_ends_the_turn(text):
+  entry = _entry()
+  step = env.transition(entry, [text])
+  assert step.messages == tuple(entry.turns[1]) and not step.done
 
 
 def test_the_step_limit_force_quits_the_episode():

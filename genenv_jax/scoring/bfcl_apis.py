@@ -265,15 +265,22 @@ def _check_finite(value: Any) -> None:
 
 
 def bfcl_step_decodes(calls: Sequence[Call]) -> bool:
-  """Whether BFCL's decoder turns these decoded calls into call text: it fails on
-  an empty dict wherever it renders dicts (an argument, or a value of such a dict)."""
+  """Whether BFCL's decoder turns these decoded calls into call text: its renderer
+  (`parse_nested_value`) fails on an empty dict wherever it renders dicts: an
+  argument, a value of a plain dict, an argument of a dict it renders as a call
+  (the first key's; the other keys are dropped)."""
   stack = [value for call in calls for value in call.args.values()]
   while stack:
     item = stack.pop()
-    if isinstance(item, dict):
-      if not item:
-        return False
-      stack.extend(item.values())
+    if not isinstance(item, dict):
+      continue
+    if not item:
+      return False
+    values = list(item.values())
+    if all(isinstance(v, dict) for v in values):
+      stack.extend(values[0].values())
+    else:
+      stack.extend(values)
   return True
 
 

@@ -230,7 +230,7 @@ def decode_step(text: str) -> list[Call] | None:
   return calls
 
 
-def check_result(result: Any, entry_id: str, turns: int) -> list[list[str]]:
+def check_result(result: Any, entry_id: str) -> list[list[str]]:
   """`result` as a list of turns of step texts.
 
   Raises:
@@ -239,7 +239,7 @@ def check_result(result: Any, entry_id: str, turns: int) -> list[list[str]]:
   if not (isinstance(result, list) and all(
       isinstance(t, list) and all(isinstance(s, str) for s in t) for t in result)):
     raise InputError(f"id {entry_id!r}: 'result' is not a list of turns, each a list "
-                     f"of step texts (the entry has {turns} turns)")
+                     "of step texts")
   return result
 
 

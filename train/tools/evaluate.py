@@ -69,7 +69,7 @@ def read_predictions(path: str, ids: list[Any], source: str,
       raise InputError(f"{path}: prediction id {entry_id!r} is not in {source}")
     if multi_turn:
       try:
-        bfcl_multi_turn.check_result(record.get("result"), entry_id, 0)
+        bfcl_multi_turn.check_result(record.get("result"), entry_id)
       except InputError as e:
         raise InputError(f"{path}: {e}") from e
     elif not isinstance(record.get("result"), str):
