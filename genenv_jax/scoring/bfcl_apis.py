@@ -68,8 +68,9 @@ class ExecutionError(Exception):
   """A call that is not executed; its message is what BFCL's executor would show."""
 
 
-def _backend():
-  """bfcl-eval's class-to-module mapping and stateless classes.
+def backend():
+  """bfcl-eval's `executable_backend_config`: the API classes' modules and
+  function-doc files, the stateless classes.
 
   Raises:
     InputError: bfcl-eval is not installed.
@@ -88,11 +89,11 @@ def api_class(class_name: str) -> type:
   Raises:
     InputError: not one of bfcl-eval's API classes.
   """
-  backend = _backend()
-  if class_name not in backend.CLASS_FILE_PATH_MAPPING:
+  modules = backend().CLASS_FILE_PATH_MAPPING
+  if class_name not in modules:
     raise InputError(f"unknown BFCL API class {class_name!r}; known: "
-                     f"{', '.join(sorted(backend.CLASS_FILE_PATH_MAPPING))}")
-  module = importlib.import_module(backend.CLASS_FILE_PATH_MAPPING[class_name])
+                     f"{', '.join(sorted(modules))}")
+  module = importlib.import_module(modules[class_name])
   return getattr(module, class_name)
 
 
@@ -118,7 +119,7 @@ class ApiSession:
 
   def __init__(self, involved_classes: Sequence[str], initial_config: dict[str, Any],
                long_context: bool):
-    stateless = _backend().STATELESS_CLASSES
+    stateless = backend().STATELESS_CLASSES
     self.instances: dict[str, Any] = {}
     self.methods: dict[str, Callable[..., Any]] = {}
     with _CALL_LOCK, _numeric_contexts_restored():

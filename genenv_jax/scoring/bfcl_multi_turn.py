@@ -184,14 +184,12 @@ def load_func_docs(data_dir: str, class_names: Sequence[str]) -> dict[str, list]
   Raises:
     InputError: a class is unknown, or its docs file is missing or malformed.
   """
-  from bfcl_eval.constants.executable_backend_config import (  # pylint: disable=import-outside-toplevel
-      MULTI_TURN_FUNC_DOC_FILE_MAPPING)
+  files = bfcl_apis.backend().MULTI_TURN_FUNC_DOC_FILE_MAPPING
   docs = {}
   for class_name in class_names:
-    if class_name not in MULTI_TURN_FUNC_DOC_FILE_MAPPING:
+    if class_name not in files:
       raise InputError(f"no function-doc file is known for class {class_name!r}")
-    path = os.path.join(data_dir, FUNC_DOC_DIR,
-                        MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name])
+    path = os.path.join(data_dir, FUNC_DOC_DIR, files[class_name])
     docs[class_name] = read_jsonl(path)
     if not all(isinstance(d.get("name"), str) for d in docs[class_name]):
       raise InputError(f"{path}: a function doc without a string 'name'")
