@@ -112,6 +112,17 @@ def test_generate_plays_writes_and_scores_records(hf_dir, tmp_path, capsys):
   assert "generation_seconds_per_entry=" in out
   records = [json.loads(line) for line in predictions.read_text().splitlines()]
   assert [r["id"] for r in records] == ["multi_turn_base_0", "multi_turn_base_1"]
+  chosen = tmp_path / "chosen.jsonl"
+  assert evaluate.main(["bfcl", "--generate", "--hf_dir", hf_dir, "--category",
+                        "multi_turn_base", "--data_dir", data_dir, "--predictions",
+                        str(chosen), "--max_new_tokens", "4", "--batch_size", "2",
+                        "--ids", "multi_turn_base_1"]) == 0
+  assert "examples=1" in capsys.readouterr().out
+  assert json.loads(chosen.read_text())["result"] == records[1]["result"]
+  assert evaluate.main(["bfcl", "--generate", "--hf_dir", hf_dir, "--category",
+                        "multi_turn_base", "--data_dir", data_dir, "--predictions",
+                        str(chosen), "--ids", "multi_turn_base_7"]) == 2
+  assert "multi_turn_base_7" in capsys.readouterr().err
   verdicts = [json.loads(line) for line in
               (tmp_path / "predictions.jsonl.verdicts.jsonl").read_text().splitlines()]
   questions = [json.loads(line) for line in

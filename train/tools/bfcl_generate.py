@@ -173,13 +173,36 @@ def _decoder(model: ModelConfig, sampling: SamplingConfig, mesh):
   return decode
 
 
+def select(items: Sequence[Any], item_id, ids: Sequence[str], category: str) -> list:
+  """The items whose `item_id(item)` is in `ids`, in their order; all when `ids`
+  is empty.
+
+  Raises:
+    InputError: an id of `ids` names no item.
+  """
+  if not ids:
+    return list(items)
+  known = {item_id(item) for item in items}
+  unknown = [i for i in ids if i not in known]
+  if unknown:
+    raise InputError(f"--ids: {', '.join(map(repr, unknown[:5]))} not in BFCL "
+                     f"category {category!r}")
+  wanted = set(ids)
+  return [item for item in items if item_id(item) in wanted]
+
+
 def write_predictions(data_dir: str, category: str, agent: Agent, path: str, mesh,
                       max_new_tokens: int, batch_size: int, limit: int = 0,
-                      temperature: float = 0.0) -> int:
+                      temperature: float = 0.0, ids: Sequence[str] = ()) -> int:
   """Decodes the agent's answers to a category's questions (the first `limit`,
-  0: all) into the predictions file `path`; returns how many."""
+  0: all; of those named in `ids` when given) into the predictions file `path`;
+  returns how many.
+
+  Raises:
+    InputError: an id of `ids` is not in the category.
+  """
   questions, _ = bfcl.category_files(data_dir, category)
-  records = read_jsonl(questions)
+  records = select(read_jsonl(questions), lambda r: r.get("id"), ids, category)
   if limit:
     records = records[:limit]
   texts = generate(agent, [question_messages(r) for r in records], mesh,

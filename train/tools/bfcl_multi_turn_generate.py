@@ -69,11 +69,18 @@ def play(agent: bfcl_generate.Agent, entries: Sequence[mt.MultiTurnEntry], mesh,
 
 def write_predictions(data_dir: str, category: str, agent: bfcl_generate.Agent,
                       path: str, mesh, max_new_tokens: int, batch_size: int,
-                      limit: int = 0, temperature: float = 0.0) -> tuple[int, float]:
-  """Plays the first `limit` entries (0: all) of a multi-turn category and writes
-  their result records `{"id": ..., "result": [[step, ...] per turn]}` to `path`;
-  returns (entries played, seconds spent playing them)."""
-  entries = mt.load_category(data_dir, category)
+                      limit: int = 0, temperature: float = 0.0,
+                      ids: Sequence[str] = ()) -> tuple[int, float]:
+  """Plays the first `limit` entries (0: all) of a multi-turn category, of those
+  named in `ids` when given, and writes their result records `{"id": ..., "result":
+  [[step, ...] per turn]}` to `path`; returns (entries played, seconds spent
+  playing them).
+
+  Raises:
+    InputError: an id of `ids` is not in the category.
+  """
+  entries = bfcl_generate.select(mt.load_category(data_dir, category),
+                                 lambda e: e.id, ids, category)
   if limit:
     entries = entries[:limit]
   began = time.perf_counter()

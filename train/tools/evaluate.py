@@ -11,7 +11,8 @@ Predictions FILE is JSON lines, one `{"id": ..., "result": "<model output text>"
 example (BFCL's result-file fields). With `--generate` the bfcl command writes FILE
 first: the agent of a training run or an HF directory answers each question with
 the project's sampler, prompted as BFCL prompts a model (train/tools/bfcl_generate.py);
-`--limit K` answers (and scores) the first K questions only. Every example of the data must have exactly one
+`--limit K` answers (and scores) the first K questions only, `--ids A,B` the named
+ones. Every example of the data must have exactly one
 prediction unless `--allow_missing` is given, in which case only predicted examples are
 scored.
 
@@ -114,19 +115,25 @@ def _generate_bfcl(args) -> None:
   from train.tools import bfcl_generate  # pylint: disable=import-outside-toplevel
   from train.tools import bfcl_multi_turn_generate  # pylint: disable=import-outside-toplevel
 
+  ids = [i for i in args.ids.split(",") if i]
   mesh = sharding.make_mesh(dict(data=-1, fsdp=1, tensor=1))
   agent = bfcl_generate.load_agent(args.run_dir, args.hf_dir, args.step, args.dtype, mesh)
   if args.category in bfcl_multi_turn.CATEGORIES:
     count, seconds = bfcl_multi_turn_generate.write_predictions(
         args.data_dir, args.category, agent, args.predictions, mesh,
-        args.max_new_tokens, args.batch_size, args.limit, args.temperature)
+        args.max_new_tokens, args.batch_size, args.limit, args.temperature, ids)
     print(f"generated={count}")
     print(f"generation_seconds_per_entry={seconds / max(count, 1):.1f}")
     return
   count = bfcl_generate.write_predictions(
       args.data_dir, args.category, agent, args.predictions, mesh, args.max_new_tokens,
-      args.batch_size, args.limit, args.temperature)
+      args.batch_size, args.limit, args.temperature, ids)
   print(f"generated={count}")
+
+
+def _generated_some(args) -> bool:
+  """Whether --generate answered only some questions (--limit or --ids)."""
+  return bool(args.generate and (args.limit or args.ids))
 
 
 def _run_bfcl(args) -> None:
@@ -140,7 +147,7 @@ def _run_bfcl(args) -> None:
   entries = bfcl.load_category(args.data_dir, args.category)
   texts = read_predictions(args.predictions, [e.id for e in entries],
                            f"BFCL category {args.category!r}",
-                           args.allow_missing or bool(args.generate and args.limit))
+                           args.allow_missing or _generated_some(args))
   rows = []
   for entry in entries:
     if entry.id in texts:
@@ -155,7 +162,7 @@ def _score_bfcl_multi_turn(args) -> None:
   entries = bfcl_multi_turn.load_category(args.data_dir, args.category)
   results = read_predictions(args.predictions, [e.id for e in entries],
                              f"BFCL category {args.category!r}",
-                             args.allow_missing or bool(args.generate and args.limit),
+                             args.allow_missing or _generated_some(args),
                              multi_turn=True)
   rows = []
   for entry in entries:
@@ -226,6 +233,8 @@ def _parser() -> argparse.ArgumentParser:
   sub.add_argument("--batch_size", type=int, default=8)
   sub.add_argument("--limit", type=int, default=0,
                    help="answer only the first K questions (0: all)")
+  sub.add_argument("--ids", default="",
+                   help="with --generate: answer only these comma-separated ids")
   sub.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
   sub.add_argument("--dtype", default="float32", help="compute dtype of the agent")
   sub = command("apibank", _run_apibank, "API-Bank call match")
