@@ -10,6 +10,9 @@ the API classes. It runs only on texts the tests write.
 
 The checker keeps its API instances in module globals keyed on the model name and
 entry id; every call uses a model name of its own, so that runs do not share state.
+Run as a module (`main`), it checks the verdicts of a scored result file against
+the official ones.
+
 The heavy imports the decoder module pulls in (model registry, Java/JavaScript
 parsers, tenacity) are stubbed as in tests/test_bfcl_differential.py.
 """
@@ -71,3 +74,41 @@ def official_verdict(question: dict, ground_truth: list, result: list) -> bool:
   verdict = multi_turn_checker(decoded, copy.deepcopy(ground_truth),
                                copy.deepcopy(question), "multi_turn", model_name)
   return bool(verdict["valid"])
+
+
+def main(argv: list[str] | None = None) -> int:
+  """Compares the verdicts `train.tools.evaluate` wrote for a multi-turn result
+  file (FILE.verdicts.jsonl) with the official checker's on the same records:
+
+    python -m tests.bfcl_multi_turn_oracle --category multi_turn_base \
+        --data_dir DIR --predictions FILE
+
+  Prints one line per record and `agree=<n> disagree=<n>`; exits 1 on a
+  disagreement."""
+  import argparse  # pylint: disable=import-outside-toplevel
+  import json  # pylint: disable=import-outside-toplevel
+  from genenv_jax.scoring import bfcl_multi_turn, read_jsonl  # pylint: disable=import-outside-toplevel
+  parser = argparse.ArgumentParser(prog="python -m tests.bfcl_multi_turn_oracle")
+  parser.add_argument("--category", required=True)
+  parser.add_argument("--data_dir", required=True)
+  parser.add_argument("--predictions", required=True)
+  args = parser.parse_args(argv)
+  questions_path, answers_path = bfcl_multi_turn.category_files(args.data_dir,
+                                                                args.category)
+  questions = {r["id"]: r for r in read_jsonl(questions_path)}
+  answers = {r["id"]: r["ground_truth"] for r in read_jsonl(answers_path)}
+  ours = {r["id"]: r["correct"] for r in read_jsonl(args.predictions + ".verdicts.jsonl")}
+  agree = disagree = 0
+  for record in read_jsonl(args.predictions):
+    official = official_verdict(questions[record["id"]], answers[record["id"]],
+                                record["result"])
+    same = official == ours[record["id"]]
+    agree, disagree = agree + same, disagree + (not same)
+    print(json.dumps({"id": record["id"], "official": official,
+                      "ours": ours[record["id"]]}))
+  print(f"agree={agree} disagree={disagree}")
+  return 0 if disagree == 0 else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())
