@@ -13,7 +13,7 @@ entry id; every call uses a model name of its own, so that runs do not share sta
 Run as a module (`main`), it checks the verdicts of a scored result file against
 the official ones.
 
-The heavy imports the decoder module pulls in (model registry, Java/JavaScript
+The heavy imports the decoder module pulls in (Java/JavaScript
 parsers, tenacity) are stubbed as in tests/test_bfcl_differential.py.
 """
 
@@ -40,7 +40,6 @@ if "BFCL_PROJECT_ROOT" not in os.environ:
   _ROOT = tempfile.mkdtemp(prefix="bfcl_project_root_")
   atexit.register(shutil.rmtree, _ROOT, ignore_errors=True)
   os.environ["BFCL_PROJECT_ROOT"] = _ROOT
-_stub("bfcl_eval.constants.model_config", MODEL_CONFIG_MAPPING={})
 _stub("bfcl_eval.model_handler.parser.java_parser", parse_java_function_call=None)
 _stub("bfcl_eval.model_handler.parser.js_parser", parse_javascript_function_call=None)
 _stub("tenacity", retry=None, retry_if_exception_message=None,
