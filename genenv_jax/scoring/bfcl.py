@@ -136,19 +136,36 @@ def decode_calls(text: str) -> list[Call]:
     DecodeError: the text holds no well-formed call list, or is past a limit (module
       docstring).
   """
+  def decode() -> list[Call]:
+    if _TOOL_CALL_OPEN in text:
+      return _decode_tool_call_blocks(text)
+    try:
+      value = json.loads(_json_fence_content(text))
+    except ValueError:  # not JSON, or a JSON integer past Python's digit limit
+      return _decode_python_calls(text)
+    return _calls_from_json(value)
+  return _bounded_decode(text, decode)
+
+
+def decode_python_calls(text: str) -> list[Call]:
+  """The calls in Python-call text only (`[f(a=1), g(b='x')]`, brackets optional),
+  with the limits of `decode_calls`: what BFCL's execution decoder reads.
+
+  Raises:
+    DecodeError: not a list of calls with decodable keyword arguments, or past a
+      limit (module docstring).
+  """
+  return _bounded_decode(text, lambda: _decode_python_calls(text))
+
+
+def _bounded_decode(text: str, decode) -> list[Call]:
+  """`decode()`'s calls, after checking the text's length, and the calls' number
+  and integer sizes."""
   if len(text) > MAX_OUTPUT_CHARS:
     raise DecodeError(f"output of {len(text)} characters is longer than "
                       f"MAX_OUTPUT_CHARS={MAX_OUTPUT_CHARS}")
   try:
-    if _TOOL_CALL_OPEN in text:
-      calls = _decode_tool_call_blocks(text)
-    else:
-      try:
-        value = json.loads(_json_fence_content(text))
-      except ValueError:  # not JSON, or a JSON integer past Python's digit limit
-        calls = _decode_python_calls(text)
-      else:
-        calls = _calls_from_json(value)
+    calls = decode()
   except (RecursionError, MemoryError) as e:
     raise DecodeError("output nested too deeply") from e
   if len(calls) > MAX_CALLS:

@@ -15,6 +15,7 @@ compiles once; a prediction is the completion's text without its stop token.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from typing import Any, Sequence
@@ -122,18 +123,20 @@ def _stop_ids(tokenizer) -> tuple[int, ...]:
 
 def generate(agent: Agent, prompts: Sequence[list[dict[str, str]]], mesh,
              max_new_tokens: int, batch_size: int, temperature: float = 0.0,
-             seed: int = 0) -> list[str]:
+             seed: int = 0, width_multiple: int = 1) -> list[str]:
   """The agent's completion text for each chat prompt (stop token excluded).
 
-  Prompts are left-padded to the longest one's width and decoded `batch_size`
-  at a time (the last batch filled up with copies of the first prompt).
+  Prompts are left-padded to the longest one's width, rounded up to a multiple of
+  `width_multiple` (so that calls with prompts of similar widths share one
+  compiled sampler), and decoded `batch_size` at a time (the last batch filled up
+  with copies of the first prompt).
   """
   if batch_size < 1 or max_new_tokens < 1:
     raise InputError(f"--batch_size={batch_size} and --max_new_tokens={max_new_tokens} "
                      "must be >= 1")
   tokenizer = agent.tokenizer
   ids = [_prompt_ids(tokenizer, messages) for messages in prompts]
-  width = max(map(len, ids))
+  width = -(-max(map(len, ids)) // width_multiple) * width_multiple
   pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
   tokens = np.full((len(ids), width), pad_id, np.int32)
   for row, prompt in zip(tokens, ids):
@@ -142,13 +145,7 @@ def generate(agent: Agent, prompts: Sequence[list[dict[str, str]]], mesh,
   stops = _stop_ids(tokenizer)
   sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature,
                             eos_ids=stops, pad_id=pad_id)
-
-  @jax.jit
-  @sharding.in_mesh(mesh, sharding.DEFAULT_RULES)
-  def decode(params, prompt, prompt_mask, rng):
-    out = sample(agent.model, params, prompt, prompt_mask, rng, sampling)
-    return out.tokens, out.mask
-
+  decode = _decoder(agent.model, sampling, mesh)
   texts = []
   for start in range(0, len(ids), batch_size):
     chunk = np.arange(start, start + batch_size)
@@ -162,13 +159,50 @@ def generate(agent: Agent, prompts: Sequence[list[dict[str, str]]], mesh,
   return texts
 
 
+@functools.lru_cache(maxsize=8)
+def _decoder(model: ModelConfig, sampling: SamplingConfig, mesh):
+  """The jitted sampler of `model` under `sampling` on `mesh`: (params, prompt
+  int32[B, P], prompt_mask bool[B, P], rng) -> (tokens int32[B, N], mask bool[B, N])."""
+
+  @jax.jit
+  @sharding.in_mesh(mesh, sharding.DEFAULT_RULES)
+  def decode(params, prompt, prompt_mask, rng):
+    out = sample(model, params, prompt, prompt_mask, rng, sampling)
+    return out.tokens, out.mask
+
+  return decode
+
+
+def select(items: Sequence[Any], item_id, ids: Sequence[str], category: str) -> list:
+  """The items whose `item_id(item)` is in `ids`, in their order; all when `ids`
+  is empty.
+
+  Raises:
+    InputError: an id of `ids` names no item.
+  """
+  if not ids:
+    return list(items)
+  known = {item_id(item) for item in items}
+  unknown = [i for i in ids if i not in known]
+  if unknown:
+    raise InputError(f"--ids: {', '.join(map(repr, unknown[:5]))} not in BFCL "
+                     f"category {category!r}")
+  wanted = set(ids)
+  return [item for item in items if item_id(item) in wanted]
+
+
 def write_predictions(data_dir: str, category: str, agent: Agent, path: str, mesh,
                       max_new_tokens: int, batch_size: int, limit: int = 0,
-                      temperature: float = 0.0) -> int:
+                      temperature: float = 0.0, ids: Sequence[str] = ()) -> int:
   """Decodes the agent's answers to a category's questions (the first `limit`,
-  0: all) into the predictions file `path`; returns how many."""
+  0: all; of those named in `ids` when given) into the predictions file `path`;
+  returns how many.
+
+  Raises:
+    InputError: an id of `ids` is not in the category.
+  """
   questions, _ = bfcl.category_files(data_dir, category)
-  records = read_jsonl(questions)
+  records = select(read_jsonl(questions), lambda r: r.get("id"), ids, category)
   if limit:
     records = records[:limit]
   texts = generate(agent, [question_messages(r) for r in records], mesh,

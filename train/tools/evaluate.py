@@ -11,14 +11,22 @@ Predictions FILE is JSON lines, one `{"id": ..., "result": "<model output text>"
 example (BFCL's result-file fields). With `--generate` the bfcl command writes FILE
 first: the agent of a training run or an HF directory answers each question with
 the project's sampler, prompted as BFCL prompts a model (train/tools/bfcl_generate.py);
-`--limit K` answers (and scores) the first K questions only. Every example of the data must have exactly one
+`--limit K` answers (and scores) the first K questions only, `--ids A,B` the named
+ones. Every example of the data must have exactly one
 prediction unless `--allow_missing` is given, in which case only predicted examples are
 scored.
 
   bfcl     DIR is laid out as bfcl-eval's data directory: `BFCL_v<N>_<category>.json`
            and `possible_answer/BFCL_v<N>_<category>.json`; categories, output formats
            and rules in genenv_jax/scoring/bfcl.py. `--dots_as_underscores` expects
-           dotted function names written with `_`.
+           dotted function names written with `_`. The multi-turn categories
+           (multi_turn_base, _miss_func, _miss_param, _long_context; rules in
+           genenv_jax/scoring/bfcl_multi_turn.py, and DIR/multi_turn_func_doc/) take
+           BFCL's multi-turn records `{"id": ..., "result": [[step text, ...] per
+           turn]}`; their verdict lines add "turns_passed" and "turns". With
+           `--generate` the agent plays each entry's turns against the APIs
+           (train/tools/bfcl_multi_turn_generate.py) and the command prints
+           `generation_seconds_per_entry`.
   apibank  GOLD lines `{"id": ..., "api_name": ..., "param_dict": {...}}`; rules in
            genenv_jax/scoring/apibank.py.
   qa       GOLD lines `{"id": ..., "answers": ["...", ...]}`; rules in
@@ -39,17 +47,20 @@ import sys
 from typing import Any, Callable
 
 from genenv_jax.scoring import INVALID, InputError, Verdict, apibank, bfcl, qa
+from genenv_jax.scoring import bfcl_multi_turn
 from genenv_jax.scoring import read_jsonl
 
 
 def read_predictions(path: str, ids: list[Any], source: str,
-                     allow_missing: bool) -> dict[Any, str]:
-  """The prediction text of each id, restricted to `ids` (the ids of `source`).
+                     allow_missing: bool, multi_turn: bool = False) -> dict[Any, Any]:
+  """The prediction of each id, restricted to `ids` (the ids of `source`): its
+  text, or with `multi_turn` its turns of step texts.
 
   Raises:
-    InputError: a record without an id or a string 'result', an id not in `source`,
-      an id predicted twice, no predictions, or (unless `allow_missing`) an id of
-      `source` without a prediction.
+    InputError: a record without an id or a string 'result' (with `multi_turn`, a
+      list of lists of strings), an id not in `source`, an id predicted twice, no
+      predictions, or (unless `allow_missing`) an id of `source` without a
+      prediction.
   """
   known = set(ids)
   texts = {}
@@ -57,7 +68,12 @@ def read_predictions(path: str, ids: list[Any], source: str,
     entry_id = record.get("id")
     if entry_id not in known:
       raise InputError(f"{path}: prediction id {entry_id!r} is not in {source}")
-    if not isinstance(record.get("result"), str):
+    if multi_turn:
+      try:
+        bfcl_multi_turn.check_result(record.get("result"), entry_id)
+      except InputError as e:
+        raise InputError(f"{path}: {e}") from e
+    elif not isinstance(record.get("result"), str):
       raise InputError(f"{path}: id {entry_id!r} has no string 'result'")
     if entry_id in texts:
       raise InputError(f"{path}: id {entry_id!r} is predicted twice")
@@ -97,13 +113,27 @@ def _report(args, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
 def _generate_bfcl(args) -> None:
   from genenv_jax import sharding  # pylint: disable=import-outside-toplevel
   from train.tools import bfcl_generate  # pylint: disable=import-outside-toplevel
+  from train.tools import bfcl_multi_turn_generate  # pylint: disable=import-outside-toplevel
 
+  ids = [i for i in args.ids.split(",") if i]
   mesh = sharding.make_mesh(dict(data=-1, fsdp=1, tensor=1))
   agent = bfcl_generate.load_agent(args.run_dir, args.hf_dir, args.step, args.dtype, mesh)
+  if args.category in bfcl_multi_turn.CATEGORIES:
+    count, seconds = bfcl_multi_turn_generate.write_predictions(
+        args.data_dir, args.category, agent, args.predictions, mesh,
+        args.max_new_tokens, args.batch_size, args.limit, args.temperature, ids)
+    print(f"generated={count}")
+    print(f"generation_seconds_per_entry={seconds / max(count, 1):.1f}")
+    return
   count = bfcl_generate.write_predictions(
       args.data_dir, args.category, agent, args.predictions, mesh, args.max_new_tokens,
-      args.batch_size, args.limit, args.temperature)
+      args.batch_size, args.limit, args.temperature, ids)
   print(f"generated={count}")
+
+
+def _generated_some(args) -> bool:
+  """Whether --generate answered only some questions (--limit or --ids)."""
+  return bool(args.generate and (args.limit or args.ids))
 
 
 def _run_bfcl(args) -> None:
@@ -111,16 +141,35 @@ def _run_bfcl(args) -> None:
     _generate_bfcl(args)
   elif args.run_dir or args.hf_dir:
     raise InputError("--run and --hf_dir need --generate")
+  if args.category in bfcl_multi_turn.CATEGORIES:
+    _score_bfcl_multi_turn(args)
+    return
   entries = bfcl.load_category(args.data_dir, args.category)
   texts = read_predictions(args.predictions, [e.id for e in entries],
                            f"BFCL category {args.category!r}",
-                           args.allow_missing or bool(args.generate and args.limit))
+                           args.allow_missing or _generated_some(args))
   rows = []
   for entry in entries:
     if entry.id in texts:
       verdict = bfcl.score(entry, texts[entry.id], args.category,
                            args.dots_as_underscores)
       rows.append(_verdict_row(entry.id, verdict))
+  invalid = sum(row["verdict"].startswith(INVALID) for row in rows)
+  _report(args, rows, {"category": args.category, "invalid": invalid})
+
+
+def _score_bfcl_multi_turn(args) -> None:
+  entries = bfcl_multi_turn.load_category(args.data_dir, args.category)
+  results = read_predictions(args.predictions, [e.id for e in entries],
+                             f"BFCL category {args.category!r}",
+                             args.allow_missing or _generated_some(args),
+                             multi_turn=True)
+  rows = []
+  for entry in entries:
+    if entry.id in results:
+      scored = bfcl_multi_turn.score(entry, results[entry.id])
+      rows.append({**_verdict_row(entry.id, scored.verdict),
+                   "turns_passed": scored.turns_passed, "turns": scored.turns})
   invalid = sum(row["verdict"].startswith(INVALID) for row in rows)
   _report(args, rows, {"category": args.category, "invalid": invalid})
 
@@ -164,9 +213,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="score only the examples that have a prediction")
     return sub
 
-  sub = command("bfcl", _run_bfcl, "BFCL single-turn AST categories (Python)")
-  sub.add_argument("--category", required=True,
-                   help=f"one of {', '.join(bfcl.SUPPORTED_CATEGORIES)}")
+  sub = command("bfcl", _run_bfcl,
+                "BFCL single-turn AST categories (Python) and multi-turn categories")
+  sub.add_argument("--category", required=True, help="one of " + ", ".join(
+      bfcl.SUPPORTED_CATEGORIES + bfcl_multi_turn.CATEGORIES))
   sub.add_argument("--data_dir", required=True,
                    help="directory holding BFCL_v<N>_<category>.json and "
                         "possible_answer/")
@@ -183,6 +233,8 @@ def _parser() -> argparse.ArgumentParser:
   sub.add_argument("--batch_size", type=int, default=8)
   sub.add_argument("--limit", type=int, default=0,
                    help="answer only the first K questions (0: all)")
+  sub.add_argument("--ids", default="",
+                   help="with --generate: answer only these comma-separated ids")
   sub.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
   sub.add_argument("--dtype", default="float32", help="compute dtype of the agent")
   sub = command("apibank", _run_apibank, "API-Bank call match")
