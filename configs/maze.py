@@ -23,7 +23,10 @@ from configs import default
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """arg: as configs/default.py's ("smoke" and/or one arm of default.ARMS)."""
-  smoke, arm = default._parse_variants(arg)  # pylint: disable=protected-access
+  size, arm = default._parse_variants(arg)  # pylint: disable=protected-access
+  if size not in ("", "smoke"):
+    raise ValueError(f"configs/maze.py: variant {size!r}; its sizes are the "
+                     "demo's (none) and 'smoke'.")
   c = default.get_config()
   c.task = ml_collections.ConfigDict(dict(
       name="maze",
@@ -67,7 +70,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.eval = ml_collections.ConfigDict(dict(every_steps=20, samples=4))
   c.log_every = 5
   c.checkpoint_every = 40
-  if smoke:
+  if size == "smoke":
     _shrink_to_smoke(c)
   if arm:
     default.ARMS[arm](c)
@@ -76,7 +79,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
 
 def _shrink_to_smoke(c: ml_collections.ConfigDict) -> None:
-  """Tiny players, 3×3 mazes, a few steps: every stage in seconds."""
+  """Tiny players, 3×3 mazes, a few steps, and a stage 1 long enough that
+  both players train in stage 2 (the simulator writes valid mazes, the
+  agent solves some): tests compare runs on it."""
   c.task.update(size=3, max_turns=4, level_width=1, levels=4)
   c.warmstart.agent_level_weights = (2, 1)
   c.data.update(num_train=200, num_test_per_level=4)
@@ -84,8 +89,9 @@ def _shrink_to_smoke(c: ml_collections.ConfigDict) -> None:
     player.model_overrides = ml_collections.ConfigDict(dict(
         num_layers=1, hidden_size=32, intermediate_size=64, num_heads=2,
         num_kv_heads=1, max_position_embeddings=64))
-  c.warmstart.update(agent_steps=4, simulator_steps=4, simulator_start_steps=4,
-                     batch_size=16, checkpoint_every=2)
+  c.warmstart.update(agent_steps=100, simulator_steps=200,
+                     simulator_start_steps=4, batch_size=16,
+                     learning_rate=3e-3, checkpoint_every=100)
   c.coevolve.update(num_steps=4, num_seeds=4, variations=2, attempts=4,
                     agent_minibatches=2)
   c.pool.update(capacity=256, num_base=32, base_max_difficulty=2,

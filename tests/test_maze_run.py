@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from configs import maze as maze_config
+from tests import live_run
 from tests.test_multiprocess import _computed, _largest_difference
 from train import loop
 from train import metrics_log
@@ -29,6 +30,7 @@ def test_maze_smoke_run_compiles_its_step_once_and_reports_episodes(maze_run):
   records = metrics_log.read_metrics(os.path.join(workdir, "metrics.jsonl"))
   steps = [r for r in records if "env/success_rate" in r]
   assert [r["step"] for r in steps] == [1, 2, 3, 4]
+  live_run.assert_run_live(records, 1, 4)
   assert {r["perf/compiles"] for r in records if "perf/compiles" in r} == {1}
   for r in steps:
     assert 1.0 <= r["episode/turns"] <= 4.0
@@ -60,6 +62,8 @@ def test_maze_two_processes_match_one(maze_run, tmp_path):
        f"--workdir={workdir}", "--compilation_cache_dir=none"],
       env=env, capture_output=True, text=True, timeout=900, check=False)
   assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+  live_run.assert_run_live(
+      metrics_log.read_metrics(os.path.join(workdir, "metrics.jsonl")), 1, 4)
   want, got = _computed(reference), _computed(workdir)
   assert sorted(got) == [0, 1, 2, 3, 4]
   largest = _largest_difference(got, want)
