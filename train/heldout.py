@@ -33,6 +33,30 @@ def paired_counts(before: np.ndarray, now: np.ndarray) -> dict:
           "sign_test_p": sign_test_p(fixed, broken)}
 
 
+def answer_pass(domain: TaskDomain, agent_model: ModelConfig, mesh, rules,
+                success_threshold: float = 1.0):
+  """The jitted held-out pass (params, rows int32[n, task_len]) -> (correct
+  bool[n], response lengths int32[n]): greedy decoding of each task, scored
+  by the domain's verifier; the outputs replicated on `mesh`. Building it
+  places nothing on a device (train/bench/compile_check.py compiles it with
+  abstract arguments)."""
+  replicated = sharding.replicated(mesh)
+  greedy = SamplingConfig(max_new_tokens=domain.response_len, temperature=0.0,
+                          eos_ids=domain.stop_ids, pad_id=domain.pad_id)
+
+  @functools.partial(jax.jit, out_shardings=replicated)
+  @sharding.in_mesh(mesh, rules)
+  def answer(params, rows):
+    parsed = domain.parse(rows, rows != domain.pad_id)
+    out = sample(agent_model, params, parsed.prompt, parsed.prompt_mask,
+                 jax.random.PRNGKey(0), greedy)
+    reward = domain.verify(domain.canonical_stops(out.tokens, out.mask),
+                           out.mask, parsed.reference, parsed.reference_mask)
+    return (reward >= success_threshold) & parsed.valid, out.lengths
+
+  return answer
+
+
 class HeldoutEval:
   """Scores the agent on fixed held-out tasks: accuracy overall and per level.
 
@@ -50,26 +74,13 @@ class HeldoutEval:
                success_threshold: float = 1.0):
     self._levels = sorted(int(d) for d in np.unique(difficulty))
     self._difficulty = np.asarray(difficulty)
-    replicated = sharding.replicated(mesh)
     # Every process holds the rows and gets every answer back (a replicated
     # output is readable on each process, however many share the mesh).
-    self._rows = sharding.from_host(np.asarray(rows, np.int32), replicated)
-    greedy = SamplingConfig(max_new_tokens=domain.response_len, temperature=0.0,
-                            eos_ids=domain.stop_ids, pad_id=domain.pad_id)
-
-    @functools.partial(jax.jit, out_shardings=replicated)
-    @sharding.in_mesh(mesh, rules)
-    def answer(params, rows):
-      parsed = domain.parse(rows, rows != domain.pad_id)
-      out = sample(agent_model, params, parsed.prompt, parsed.prompt_mask,
-                   jax.random.PRNGKey(0), greedy)
-      reward = domain.verify(domain.canonical_stops(out.tokens, out.mask),
-                             out.mask, parsed.reference, parsed.reference_mask)
-      return (reward >= success_threshold) & parsed.valid, out.lengths
-
-    # The jitted pass (params, rows int32[n, task_len]) -> (correct bool[n],
-    # response lengths int32[n]) that every evaluation runs.
-    self.answer = answer
+    self._rows = sharding.from_host(np.asarray(rows, np.int32),
+                                    sharding.replicated(mesh))
+    # The jitted pass every evaluation runs (see `answer_pass`).
+    self.answer = answer_pass(domain, agent_model, mesh, rules,
+                              success_threshold)
 
   def correct(self, params) -> np.ndarray:
     """bool[n]: which held-out tasks the agent answers right."""
