@@ -67,9 +67,9 @@ def test_smoke_config_fits_a_v4_8_and_compiles_each_program_once():
 
 def test_too_big_a_player_does_not_fit_a_v5litepod_8():
   """A 1-layer player 8192 wide with a 65536-wide MLP (1.6 B float32
-  weights, 6.4 GB) replicated on every chip: the held-out decoding fits in
-  16 GiB, warm-starting it (weights, AdamW's two moments, gradients) does
-  not."""
+  weights, 6.4 GB) replicated on every chip: warm-starting it (weights,
+  AdamW's two moments, gradients) does not fit in 16 GiB; libtpu's refusal
+  is reported with the bytes it names and exit status 1."""
   wide = ("--config.agent.model_overrides.hidden_size=8192",
           "--config.agent.model_overrides.intermediate_size=65536",
           "--config.agent.model_overrides.num_heads=64",
@@ -77,7 +77,7 @@ def test_too_big_a_player_does_not_fit_a_v5litepod_8():
   result = subprocess.run(
       [sys.executable, "-m", "train.bench.compile_check",
        "--config=configs/default.py:smoke", "--topology=v5litepod-8",
-       "--programs=warmstart_agent,heldout", "--phases=false", *wide],
+       "--programs=warmstart_agent", "--phases=false", *wide],
       cwd=ROOT, capture_output=True, text=True, timeout=600,
       env=dict(os.environ, PYTHONPATH=ROOT))
   assert result.returncode == 1, result.stdout + result.stderr[-3000:]
@@ -86,7 +86,7 @@ def test_too_big_a_player_does_not_fit_a_v5litepod_8():
   assert float(last["peak_gib"]) > float(last["hbm_gib"]) == 16.0
   rows = {line.split(" | ")[0]: line.split(" | ")
           for line in result.stdout.splitlines() if " | " in line}
-  assert rows["heldout"][8] == "yes" and rows["warmstart_agent"][8] == "NO"
+  assert rows["warmstart_agent"][8] == "NO"
 
 
 @pytest.mark.parametrize("topology", ["v5p-8", "v5litepod-1", "v6e-1"])

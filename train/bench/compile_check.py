@@ -43,9 +43,10 @@ of the whole step (coevolve_step's program, else the compiled phases'
 sum, "-" when neither was compiled); the phases' summed bound. The exit
 status is 1 when a program does not fit (libtpu's compiler refuses a
 program over HBM). `--json` prints one JSON object per program and per
-compiled phase (`program` / `phase`, `peak_bytes`, `temp_bytes`, `flops`,
-`hbm_bytes`, `collective_bytes`, `collectives`, `modeled_s`, `bound_s`, ...)
-before that line, in place of the tables.
+phase (`program` / `phase`, `peak_bytes`, `temp_bytes`, `flops`,
+`hbm_bytes`, `collective_bytes`, `collectives`, `modeled_s`, `bound_s`, ...;
+a phase not compiled, `--phases=false`, only its bound) before that line,
+in place of the tables.
 """
 
 from __future__ import annotations
@@ -518,11 +519,13 @@ def report(tpu_slice: slices.Slice, setup: Setup, progs: list[Program],
         "program", prog.name, prog, rates,
         bound if prog.name == "coevolve_step" and phase_list else None))
              for prog in progs]
-    lines += [hlo_cost.dumps(_record(
-        "phase", ph.name, ph.program, rates,
-        rates.bound_s(ph.model_flops, ph.ideal_bytes),
-        model_flops=ph.model_flops, ideal_bytes=ph.ideal_bytes))
-              for ph in compiled_phases]
+    for ph in phase_list:
+      ideal = dict(model_flops=ph.model_flops, ideal_bytes=ph.ideal_bytes)
+      bound_s = rates.bound_s(ph.model_flops, ph.ideal_bytes)
+      lines.append(hlo_cost.dumps(
+          _record("phase", ph.name, ph.program, rates, bound_s, **ideal)
+          if ph.program is not None else
+          {"phase": ph.name, "compiled": False, "bound_s": bound_s, **ideal}))
     return "\n".join(lines + [last]), fits
   lines = [
       f"slice {tpu_slice.name}: topology {tpu_slice.topology_name}, "
