@@ -14,11 +14,11 @@ What is counted, per device:
     is left out: on a TPU it runs beside the matrix units); a Pallas kernel
     (custom call) counts the flops of the cost estimate it carries.
   - hbm_bytes: the bytes each top-level operation (a fusion, a dot, a copy,
-    a collective, ...) reads and writes: its operands and its result. An
-    operand a fusion only slices counts the slices' bytes (a scanned layer
-    reads its own weights from the stacked ones); a fusion that updates a
-    buffer in place (its root a dynamic-update-slice) counts the update, not
-    the buffer. Operations inside a fusion stay on the chip and count
+    a collective, ...) reads and writes: its operands and its result. A
+    slice counts the slice's bytes, and so does an operand a fusion only
+    slices (a scanned layer reads its own weights from the stacked ones); an
+    update in place (a dynamic-update-slice, or a fusion whose root is one)
+    counts the update, not the buffer. Operations inside a fusion stay on the chip and count
     nothing.
   - collectives: per kind (all-gather, all-reduce, reduce-scatter,
     all-to-all, collective-permute) how many run and the bytes each device
@@ -246,20 +246,48 @@ class Module:
                              for d in _dims(i.attributes, "lhs_contracting_dims"))
       return 2.0 * math.prod(out[0][1]) * contracted
     if i.opcode == "convolution":
-      out = array_shapes(i.type)
-      kernel = array_shapes(self._shapes.get(i.operands[1], ""))
-      labels = re.search(r"dim_labels=[^_]*_([^-]*)->", i.attributes)
-      if not out or not kernel or not labels:
-        return 0.0
-      # Per output element: the kernel's input features times its window.
-      per_output = math.prod(size for label, size in zip(labels.group(1),
-                                                         kernel[0][1])
-                             if label != "o")
-      return 2.0 * math.prod(out[0][1]) * per_output
+      return self._convolution_flops(i)
     if i.opcode == "custom-call":
       estimate = re.search(r'"flops"\s*:\s*"?([\d.e+]+)', i.attributes)
       return float(estimate.group(1)) if estimate else 0.0
     return 0.0
+
+  def _convolution_flops(self, i: Instruction) -> float:
+    """2 per multiply-add that meets an input element: a window position
+    on padding or on a hole of a dilated input counts nothing (XLA writes
+    batched matmuls as convolutions over dilated batch dimensions)."""
+    labels = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", i.attributes)
+    shapes = [array_shapes(self._shapes.get(o, "")) for o in i.operands[:2]]
+    out = array_shapes(i.type)
+    if not labels or not all(shapes) or not out:
+      return 0.0
+    lhs_labels, rhs_labels, out_labels = labels.groups()
+    lhs, rhs, result = shapes[0][0][1], shapes[1][0][1], out[0][1]
+    window = re.search(r"window=\{([^}]*)\}", i.attributes)
+    fields = dict(re.findall(r"(\w+)=([\w_]+)", window.group(1))) if window else {}
+    spatial = sorted(c for c in out_labels if c.isdigit())
+
+    def per_dim(name, default):
+      values = fields.get(name)
+      return [default] * len(spatial) if values is None else values.split("x")
+    sizes = [int(v) for v in per_dim("size", "1")]
+    strides = [int(v) for v in per_dim("stride", "1")]
+    pads = [int(v.split("_")[0]) for v in per_dim("pad", "0_0")]
+    lhs_dilation = [int(v) for v in per_dim("lhs_dilate", "1")]
+    rhs_dilation = [int(v) for v in per_dim("rhs_dilate", "1")]
+    macs = (result[out_labels.index("b")] * result[out_labels.index("f")]
+            * rhs[rhs_labels.index("i")])
+    for d, label in enumerate(spatial):
+      size_in = lhs[lhs_labels.index(label)]
+      size_out = result[out_labels.index(label)]
+      extent = (size_in - 1) * lhs_dilation[d]
+      valid = 0
+      for o in range(size_out):
+        for k in range(sizes[d]):
+          p = o * strides[d] + k * rhs_dilation[d] - pads[d]
+          valid += 0 <= p <= extent and p % lhs_dilation[d] == 0
+      macs *= valid
+    return 2.0 * macs
 
   # -------------------------------------------------------------- instructions
 
@@ -299,7 +327,15 @@ class Module:
       cost.hbm_bytes += self._fusion_bytes(i, callees[0] if callees else "")
       return cost
     cost.flops += self._own_flops(i)
-    if op not in NO_TRAFFIC:
+    if op in SLICING:
+      # Reads the slice (and any indices), writes it.
+      cost.hbm_bytes += 2 * type_bytes(i.type) + sum(
+          type_bytes(self._shapes.get(o, "")) for o in i.operands[1:]
+          if op == "gather")
+    elif op == "dynamic-update-slice":
+      # In place: reads and writes the update's bytes.
+      cost.hbm_bytes += 2 * type_bytes(self._shapes.get(i.operands[1], ""))
+    elif op not in NO_TRAFFIC:
       cost.hbm_bytes += type_bytes(i.type) + sum(
           type_bytes(self._shapes.get(o, "")) for o in i.operands)
     return cost
