@@ -42,6 +42,9 @@ What each size sets (everything else is configs/text.py):
   - Chip counts assume megacore on v4 and v5p (one JAX device per chip, as
     TPU VMs run them); `python -m train.bench.compile_check` compiles a
     variant for a slice on a CPU host (docs/tpu_pods.md).
+  - attention="splash" (TPU sizes): the scoring and training passes attend
+    through the splash-attention kernel (models/splash.py), which never
+    forms a [T, T] score array; the cpu variant keeps the XLA path.
   - scan_layers: True at every size (one block compiled). Unscanned, the
     step's compile needs more than 18 GB of host memory and 30 CPU-minutes at
     7B, about 19 GB and still growing when stopped at 1.5B, and 14.7 GB and
@@ -123,6 +126,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                       agent_minibatches=size["agent_minibatches"])
     c.task.max_answer_tokens = size["answer_tokens"]
     c.pool.replay_tasks = 16
+    for player in (c.agent, c.simulator):
+      player.model_overrides.attention = "splash"
   return c
 
 

@@ -138,10 +138,16 @@ def constrain(tree, names, rules: Rules):
 
 def logical_to_spec(logical_axes: Sequence[str | None],
                     rules: Rules) -> PartitionSpec:
-  """Maps a tuple of logical names to a PartitionSpec (unknown names replicate)."""
-  table = dict(rules)
-  return PartitionSpec(*(table.get(a) if a is not None else None
-                         for a in logical_axes))
+  """Maps a tuple of logical names to a PartitionSpec as flax's
+  `nn.logical_to_mesh_axes` does: the rules in order, each giving its mesh
+  axes to its logical name unless one of them is already taken by another
+  dimension of the array (then that dimension replicates, so no mesh axis
+  splits two dimensions); unknown names replicate.
+
+  For (batch, length, embed) under DEFAULT_RULES: P(('data', 'fsdp'), None,
+  None), batch taking fsdp before embed.
+  """
+  return nn.logical_to_mesh_axes(tuple(logical_axes), tuple(rules))
 
 
 def _mesh_axis_size(mesh: Mesh, axes) -> int:

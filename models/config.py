@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any, Mapping
 
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
+ATTENTION = ("xla", "splash", "splash_interpret")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +52,11 @@ class ModelConfig:
     remat_policy: one of REMAT_POLICIES, applied per block.
     scan_layers: stack the blocks' parameters on a leading "layers" axis and
       run them with `nn.scan` (one compiled block instead of L copies).
+    attention: how a pass over a whole sequence (no KV cache: scoring,
+      training) attends: "xla" (scores formed as [T, T] arrays), "splash"
+      (the Pallas TPU kernel, models/splash.py; TPU only) or
+      "splash_interpret" (that kernel in Pallas' interpreter, any backend).
+      Decoding with a cache always takes the "xla" path.
   """
 
   vocab_size: int
@@ -71,6 +77,7 @@ class ModelConfig:
   logits_dtype: str = "float32"
   remat_policy: str = "none"
   scan_layers: bool = False
+  attention: str = "xla"
 
   def __post_init__(self):
     for field in ("vocab_size", "hidden_size", "intermediate_size",
@@ -98,6 +105,9 @@ class ModelConfig:
       raise ValueError(
           f"ModelConfig.remat_policy={self.remat_policy!r}; expected one of "
           f"{REMAT_POLICIES}.")
+    if self.attention not in ATTENTION:
+      raise ValueError(f"ModelConfig.attention={self.attention!r}; expected "
+                       f"one of {ATTENTION}.")
     if isinstance(self.rope_scaling, Mapping):
       object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
 

@@ -38,6 +38,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from models import splash
 from models.config import ModelConfig
 
 _NEG_INF = float(jnp.finfo(jnp.float32).min)
@@ -237,14 +238,22 @@ class Attention(nn.Module):
     b, t = x.shape[:2]
     s = key.shape[3] if cached else t
     q = q.reshape(b, t, k, h // k, d)
-    scores = _attention_scores(q, key, cached) / math.sqrt(d)
-    q_slot = cache_index + jnp.arange(t)
-    causal = jnp.arange(s)[None, :] <= q_slot[:, None]  # [T, S]
-    allowed = causal[None] & kv_mask[:, None, :]  # [B, T, S]
-    scores = jnp.where(allowed[:, None, None], scores, _NEG_INF)
-    probs = jax.nn.softmax(scores, axis=-1)
-    out = _attention_values(probs, val, cached, cfg.dtype).reshape(
-        b, t, h, d)
+    if not cached and cfg.attention != "xla":
+      # A full sequence without a cache (the scoring and training passes):
+      # the kernel never forms the [T, T] scores.
+      out = splash.splash_attention(
+          q, key, val, kv_mask,
+          interpret=cfg.attention == "splash_interpret").astype(
+              cfg.dtype).reshape(b, t, h, d)
+    else:
+      scores = _attention_scores(q, key, cached) / math.sqrt(d)
+      q_slot = cache_index + jnp.arange(t)
+      causal = jnp.arange(s)[None, :] <= q_slot[:, None]  # [T, S]
+      allowed = causal[None] & kv_mask[:, None, :]  # [B, T, S]
+      scores = jnp.where(allowed[:, None, None], scores, _NEG_INF)
+      probs = jax.nn.softmax(scores, axis=-1)
+      out = _attention_values(probs, val, cached, cfg.dtype).reshape(
+          b, t, h, d)
     out = nn.with_logical_constraint(out, ("batch", "length", "heads",
                                            "head_dim"))
     y = Projection(cfg, (h, d), (e,), ("heads", "head_dim", "embed"),

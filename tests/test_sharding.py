@@ -7,10 +7,11 @@ import functools
 import jax
 import numpy as np
 import pytest
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from genenv_jax.sharding import (DEFAULT_RULES, check_divisible, constrain,
-                                 in_mesh, logical_names, make_mesh,
+                                 in_mesh, logical_names, logical_to_spec,
+                                 make_mesh,
                                  shard_batch, sharded_init, without_mesh_axis)
 from models.config import get_preset
 from models.decoder import forward, init_boxed, init_params
@@ -259,3 +260,23 @@ def test_constrain_lays_weights_out_by_their_logical_names():
   assert kernel.sharding.spec == P(None, "tensor")  # was P("fsdp", "tensor")
   np.testing.assert_array_equal(
       np.asarray(kernel), np.asarray(params["layers_0"]["attn"]["q_proj"]["kernel"]))
+
+
+def test_no_mesh_axis_splits_two_dimensions_of_one_array():
+  """batch and embed both name fsdp: the earlier rule (batch) takes it and
+  embed replicates, as flax's nn.logical_to_mesh_axes lays them out; unknown
+  names and None replicate; a name's own rule applies where nothing else
+  claims its axes."""
+  assert logical_to_spec(("batch", "length", "embed"), DEFAULT_RULES) == P(
+      ("data", "fsdp"), None, None)
+  assert logical_to_spec(("embed", "mlp"), DEFAULT_RULES) == P("fsdp", "tensor")
+  assert logical_to_spec(("batch", None, "heads", "unknown"),
+                         DEFAULT_RULES) == P(("data", "fsdp"), None, "tensor",
+                                             None)
+  assert logical_to_spec(("heads", "kv_heads"), DEFAULT_RULES) == P(
+      "tensor", None)
+  # Every spec the rules give is one jax accepts for an array on the mesh.
+  mesh = make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  x = jax.device_put(np.zeros((8, 4, 16), np.float32), NamedSharding(
+      mesh, logical_to_spec(("batch", "length", "embed"), DEFAULT_RULES)))
+  assert x.sharding.shard_shape(x.shape) == (2, 4, 16)

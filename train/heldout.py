@@ -38,6 +38,71 @@ def paired_counts(before: np.ndarray, now: np.ndarray) -> dict:
           "sign_test_p": sign_test_p(fixed, broken)}
 
 
+def _solved(domain: TaskDomain, agent_model: ModelConfig, params, rows,
+            sampling: SamplingConfig, num_samples: int,
+            success_threshold: float):
+  """G = num_samples attempts at each of the n task rows int32[n, task_len]:
+  (bool[n·G] solved, int32[n·G] response tokens, or turns for episodes)."""
+  parsed = domain.parse(rows, rows != domain.pad_id)
+  key = jax.random.PRNGKey(0)
+  valid = jnp.repeat(parsed.valid, num_samples)
+  env = domain.environment
+  if env is not None:
+    played = episodes.rollout_episodes(
+        agent_model, params, env, parsed.prompt, parsed.prompt_mask,
+        env.reset(jnp.repeat(parsed.task, num_samples, axis=0)), key,
+        sampling, num_samples)
+    return played.success & valid, played.turns
+  out = sample(agent_model, params, parsed.prompt, parsed.prompt_mask, key,
+               sampling, num_samples)
+  repeat = lambda x: jnp.repeat(x, num_samples, axis=0)
+  reward = domain.verify(domain.canonical_stops(out.tokens, out.mask),
+                         out.mask, repeat(parsed.reference),
+                         repeat(parsed.reference_mask))
+  return (reward >= success_threshold) & valid, out.lengths
+
+
+def _sampling(domain: TaskDomain, temperature: float) -> SamplingConfig:
+  return SamplingConfig(max_new_tokens=domain.response_len,
+                        temperature=temperature, eos_ids=domain.stop_ids,
+                        pad_id=domain.pad_id)
+
+
+def answer_pass(domain: TaskDomain, agent_model: ModelConfig, mesh, rules,
+                success_threshold: float = 1.0):
+  """The jitted held-out pass (params, rows int32[n, task_len]) -> (correct
+  bool[n], response lengths int32[n], turns for episodic domains): greedy
+  decoding (or a greedy episode) of each task; the outputs replicated on
+  `mesh`. Building it places nothing on a device
+  (train/bench/compile_check.py compiles it with abstract arguments)."""
+
+  @functools.partial(jax.jit, out_shardings=sharding.replicated(mesh))
+  @sharding.in_mesh(mesh, rules)
+  def answer(params, rows):
+    return _solved(domain, agent_model, params, rows, _sampling(domain, 0.0),
+                   1, success_threshold)
+
+  return answer
+
+
+def sampled_success_pass(domain: TaskDomain, agent_model: ModelConfig, mesh,
+                         rules, samples: int, temperature: float,
+                         success_threshold: float = 1.0):
+  """The jitted pass (params, rows int32[n, task_len]) -> f32[n]: the share
+  of `samples` attempts (episodes) per task, sampled at `temperature`, that
+  succeed; replicated on `mesh`."""
+
+  @functools.partial(jax.jit, out_shardings=sharding.replicated(mesh))
+  @sharding.in_mesh(mesh, rules)
+  def sampled_success(params, rows):
+    ok, _ = _solved(domain, agent_model, params, rows,
+                    _sampling(domain, temperature), samples,
+                    success_threshold)
+    return ok.reshape(-1, samples).mean(axis=1)
+
+  return sampled_success
+
+
 class HeldoutEval:
   """Scores the agent on fixed held-out tasks: accuracy overall and per level.
 
@@ -58,53 +123,17 @@ class HeldoutEval:
                temperature: float = 1.0):
     self._levels = sorted(int(d) for d in np.unique(difficulty))
     self._difficulty = np.asarray(difficulty)
-    replicated = sharding.replicated(mesh)
     # Every process holds the rows and gets every answer back (a replicated
     # output is readable on each process, however many share the mesh).
-    self._rows = sharding.from_host(np.asarray(rows, np.int32), replicated)
+    self._rows = sharding.from_host(np.asarray(rows, np.int32),
+                                    sharding.replicated(mesh))
+    # The jitted pass every evaluation runs (see `answer_pass`).
+    self.answer = answer_pass(domain, agent_model, mesh, rules,
+                              success_threshold)
     self._samples = samples
-    sampling = lambda t: SamplingConfig(
-        max_new_tokens=domain.response_len, temperature=t,
-        eos_ids=domain.stop_ids, pad_id=domain.pad_id)
-    env = domain.environment
-
-    def solved(params, parsed, sampling_cfg, num_samples):
-      """bool[n·G] solved, int32[n·G] response tokens (episodes: turns)."""
-      key = jax.random.PRNGKey(0)
-      valid = jnp.repeat(parsed.valid, num_samples)
-      if env is not None:
-        played = episodes.rollout_episodes(
-            agent_model, params, env, parsed.prompt, parsed.prompt_mask,
-            env.reset(jnp.repeat(parsed.task, num_samples, axis=0)), key,
-            sampling_cfg, num_samples)
-        return played.success & valid, played.turns
-      out = sample(agent_model, params, parsed.prompt, parsed.prompt_mask,
-                   key, sampling_cfg, num_samples)
-      repeat = lambda x: jnp.repeat(x, num_samples, axis=0)
-      reward = domain.verify(domain.canonical_stops(out.tokens, out.mask),
-                             out.mask, repeat(parsed.reference),
-                             repeat(parsed.reference_mask))
-      return (reward >= success_threshold) & valid, out.lengths
-
-    @functools.partial(jax.jit, out_shardings=replicated)
-    @sharding.in_mesh(mesh, rules)
-    def answer(params, rows):
-      parsed = domain.parse(rows, rows != domain.pad_id)
-      return solved(params, parsed, sampling(0.0), 1)
-
-    @functools.partial(jax.jit, out_shardings=replicated)
-    @sharding.in_mesh(mesh, rules)
-    def sampled_success(params, rows):
-      parsed = domain.parse(rows, rows != domain.pad_id)
-      ok, _ = solved(params, parsed, sampling(temperature), samples)
-      return ok.reshape(-1, samples).mean(axis=1)
-
-    # The jitted passes over rows int32[n, task_len] that every evaluation
-    # runs: answer(params, rows) -> (correct bool[n], response lengths
-    # int32[n], turns for episodes) greedily; sampled_success(params, rows)
-    # -> f32[n] the share of `samples` sampled attempts that succeed.
-    self.answer = answer
-    self.sampled_success = sampled_success
+    self.sampled_success = (sampled_success_pass(
+        domain, agent_model, mesh, rules, samples, temperature,
+        success_threshold) if samples else None)
 
   def correct(self, params) -> np.ndarray:
     """bool[n]: which held-out tasks the agent answers right."""

@@ -33,6 +33,7 @@ import jax
 from ml_collections import config_flags
 
 from train import cpu_flags
+from train import quiet_start
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
@@ -164,6 +165,9 @@ def main(argv):
   cpu_flags.use_project_settings()  # before JAX initialises a backend
   if not FLAGS.library_logs:
     quiet_library_logs()
+    # No TPU start-up errors on a CPU host; TensorFlow (which the metric
+    # writers import) imported here without its start-up INFO lines.
+    quiet_start.quiet_start()
   maybe_initialize_distributed(
       FLAGS.distributed, job=named_job(FLAGS.coordinator_address,
                                        FLAGS.num_processes, FLAGS.process_id))

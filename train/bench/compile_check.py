@@ -18,23 +18,35 @@ Programs, as the run compiles them:
     that it compiles once;
   heldout: greedy held-out decoding (train/heldout.py) of --heldout_rows rows.
 Per program and device: argument, output, temporary and peak bytes against
-the chip's HBM, XLA's FLOPs and bytes accessed (a loop's body counted once:
-the decode loop and the GRPO minibatch scan run many times), and how often
-it was traced (compiles).
+the chip's HBM, how often it was traced (compiles), and its cost read from
+the compiled HLO (train/bench/hlo_cost.py): FLOPs, HBM bytes and
+collectives (kind, count, bytes sent), every loop counted as often as it
+runs (decode steps, GRPO minibatches, scanned layers), remat's recomputed
+forward included because it is in the program.
 
 Phases, each compiled on its own (as train/bench/step.py does on a CPU):
 simulator_sample, agent_sample, agent_reference (the GRPO reference's
 log-probs), agent_update (every GRPO minibatch), simulator_reference and
-simulator_update (RWR / PG with its KL-cap pass). Each has a roofline time
-max(FLOPs / peak, HBM bytes / bandwidth) per device, from the model's FLOPs
-(train/bench/common.py; XLA's count misses loop trips) and the weight bytes
-each pass reads (a decode step reads the sampling copy of the weights once),
-and the MFU that time implies: model FLOPs / (time x peak). The peaks are
-vendor figures per chip (train/bench/slices.py).
+simulator_update (RWR / PG with its KL-cap pass); the simulator's at
+simulator_len tokens. Per phase and device:
+  modeled_s = max(FLOPs / peak, HBM bytes / HBM bandwidth)
+              + collective bytes / interconnect bandwidth
+from its compiled program (collectives not overlapped), beside
+  bound_s = max(model FLOPs / peak, ideal bytes / HBM bandwidth),
+the model's FLOPs (train/bench/common.py) and the bytes the phase must move
+at the least (a decode step: the weights and the KV cache's filled slots;
+see `phases`). The peaks are vendor figures per chip (train/bench/slices.py).
 
-The last line is `fits=true|false peak_gib=X hbm_gib=Y topology=NAME`
-(the largest peak of any program); the exit status is 1 when a program does
-not fit (libtpu's compiler refuses a program over HBM).
+The last line is `fits=true|false peak_gib=X hbm_gib=Y topology=NAME
+step_s=S bound_s=B`: the largest peak of any program; the modeled seconds
+of the whole step (coevolve_step's program, else the compiled phases'
+sum, "-" when neither was compiled); the phases' summed bound. The exit
+status is 1 when a program does not fit (libtpu's compiler refuses a
+program over HBM). `--json` prints one JSON object per program and per
+phase (`program` / `phase`, `peak_bytes`, `temp_bytes`, `flops`,
+`hbm_bytes`, `collective_bytes`, `collectives`, `modeled_s`, `bound_s`, ...;
+a phase not compiled, `--phases=false`, only its bound) before that line,
+in place of the tables.
 """
 
 from __future__ import annotations
@@ -64,10 +76,13 @@ from train import loop
 from train import state_layout
 from train import warmstart
 from train.bench import common
+from train.bench import hlo_cost
 from train.bench import slices
 
 FLAGS = flags.FLAGS
 GIB = 2**30
+# The chips one TPU VM host holds (x, y, z), libtpu's default.
+HOST_CHIPS = (2, 2, 1)
 OOM = re.compile(r"RESOURCE_EXHAUSTED|Ran out of memory", re.I)
 
 
@@ -80,6 +95,11 @@ def topology_devices(tpu_slice: slices.Slice) -> list:
   # v4's chip config defaults to one device per TensorCore; TPU VMs run it
   # as one device per chip (megacore), as jax.make_mesh requires.
   extra = {"chip_config_name": "megacore"} if tpu_slice.chip.libtpu_name == "v4" else {}
+  # A host holds a 2x2x1 block of chips; a smaller slice (v5litepod-1,
+  # v6e-1) is one host of its own size.
+  grid = tuple(tpu_slice.grid) + (1,) * (3 - len(tpu_slice.grid))
+  if any(g < h for g, h in zip(grid, HOST_CHIPS)):
+    extra["chips_per_host_bounds"] = [min(g, h) for g, h in zip(grid, HOST_CHIPS)]
   return topologies.get_topology_desc(
       platform="tpu", topology_name=tpu_slice.topology_name, **extra).devices
 
@@ -97,6 +117,7 @@ class Program:
   peak: int = 0
   flops: float = 0.0
   bytes_accessed: float = 0.0
+  cost: hlo_cost.Cost = dataclasses.field(default_factory=hlo_cost.Cost)
   error: str = ""
 
   @property
@@ -106,7 +127,10 @@ class Program:
 
 def _oom_bytes(message: str) -> int:
   """The bytes an over-HBM program needs, from libtpu's message."""
-  found = re.search(r"Used ([\d.]+)([KMGT])? of", message)
+  # "Used 38.9G of 15.75G hbm" or "the total memory required for HLO
+  # temporaries (38.85G) exceeds available HBM (15.75G)".
+  found = (re.search(r"Used ([\d.]+)([KMGT])? of", message)
+           or re.search(r"required [^(]*\(([\d.]+)([KMGT])?\)", message))
   if not found:
     return 0
   scale = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, None: 1}
@@ -115,8 +139,10 @@ def _oom_bytes(message: str) -> int:
 
 def compile_program(name: str, fn: Callable, *args,
                     traces: Callable[[], int] | None = None,
-                    again: Callable[[Any], tuple] | None = None) -> Program:
-  """Lowers and compiles jitted `fn` at abstract `args`.
+                    again: Callable[[Any], tuple] | None = None,
+                    num_devices: int = 1) -> Program:
+  """Lowers and compiles jitted `fn` at abstract `args` for `num_devices`
+  devices.
 
   traces: how often fn has been traced so far (default: counted here);
   again: builds, from the compiled output's abstract values, the arguments of
@@ -159,6 +185,7 @@ def compile_program(name: str, fn: Callable, *args,
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   program.flops = float(cost.get("flops", 0.0))
   program.bytes_accessed = float(cost.get("bytes accessed", 0.0))
+  program.cost = hlo_cost.analyse(compiled, num_devices)
   return program
 
 
@@ -246,7 +273,7 @@ def programs(setup: Setup, heldout_rows: int,
         setup.batch((b, r), jnp.bool_, "target_mask"))
     update = warmstart.supervised_update(model, opt, setup.mesh, setup.rules)
     out.append(compile_program(f"warmstart_{player}", update, params,
-                               opt_state, batch))
+                               opt_state, batch, num_devices=setup.mesh.size))
 
   if "coevolve_step" in only:
     step = coevolve.jit_step(coevolve.make_step(config, domain, players),
@@ -255,24 +282,31 @@ def programs(setup: Setup, heldout_rows: int,
         "coevolve_step", step.fn, setup.state, traces=step.trace_count,
         again=lambda info: (jax.tree.map(
             lambda i: jax.ShapeDtypeStruct(i.shape, i.dtype,
-                                           sharding=i.sharding), info[0]),)))
+                                           sharding=i.sharding), info[0]),),
+        num_devices=setup.mesh.size))
   if "heldout" in only:
-    evaluate = heldout.HeldoutEval(
-        domain, players.agent_model,
-        np.zeros((1, domain.task_len), np.int32), np.ones(1, np.int32),
-        setup.mesh, setup.rules, config.curriculum.success_threshold)
+    answer = heldout.answer_pass(domain, players.agent_model, setup.mesh,
+                                 setup.rules,
+                                 config.curriculum.success_threshold)
     held_rows = jax.ShapeDtypeStruct((heldout_rows, domain.task_len),
                                      jnp.int32, sharding=setup.replicated)
-    out.append(compile_program("heldout", evaluate.answer,
-                               setup.params["agent"], held_rows))
+    out.append(compile_program("heldout", answer,
+                               setup.params["agent"], held_rows,
+                               num_devices=setup.mesh.size))
   return out
 
 
 @dataclasses.dataclass
 class Phase:
-  program: Program
-  model_flops: float      # per device
-  weight_bytes: float     # HBM bytes per device the roofline counts
+  """One phase of the step: its ideal cost per device and, when compiled,
+  its program.
+
+  model_flops: the model's FLOPs (train/bench/common.py); ideal_bytes: the
+  HBM bytes it must move at the least (see `phases`)."""
+  name: str
+  model_flops: float
+  ideal_bytes: float
+  program: Program | None = None
 
 
 def _param_bytes(params, dtype=None) -> float:
@@ -285,9 +319,33 @@ def _param_bytes(params, dtype=None) -> float:
   return total
 
 
-def phases(setup: Setup, only: tuple[str, ...] = ()) -> list[Phase]:
-  """Compiles each phase of the step on its own (see the module doc), or
-  only those named in `only` (when not empty)."""
+def live_cache_bytes(model, rows: int, prompt: int, new_tokens: int) -> float:
+  """KV-cache bytes (all chips) that `new_tokens` decode steps over `rows`
+  rows read when each reads only the slots filled so far: the prompt's P,
+  then one more per step."""
+  per_slot = (model.num_layers * 2 * model.num_kv_heads * model.head_dim
+              * jnp.dtype(model.dtype).itemsize)
+  slots = new_tokens * prompt + new_tokens * (new_tokens - 1) / 2
+  return rows * slots * per_slot
+
+
+# HBM passes over a player's stored weights by one optimizer step beyond the
+# forward and backward reads and the gradient's write: AdamW reads the
+# gradient, reads and writes the weights and both moments.
+OPTIMIZER_PASSES = 7
+
+
+def phases(setup: Setup, only: tuple[str, ...] = (),
+           compile_them: bool = True) -> list[Phase]:
+  """Each phase of the step (see the module doc), or only those named in
+  `only` (when not empty), compiled on its own unless not compile_them.
+
+  Ideal bytes per device: a decode step reads the sampling copy of the
+  weights once and the KV cache's filled slots (`live_cache_bytes`), a
+  prefill the weights once; a forward pass reads the weights once per row
+  pass; an update step reads them twice (forward, backward), writes the
+  gradient and runs AdamW (OPTIMIZER_PASSES).
+  """
   config, domain, players = setup.config, setup.domain, setup.players
   cc = config.coevolve
   chunk = cc.get("logprob_chunk_size", policy.DEFAULT_CHUNK_SIZE)
@@ -295,7 +353,8 @@ def phases(setup: Setup, only: tuple[str, ...] = ()) -> list[Phase]:
   seeds, m, g = cc.num_seeds, cc.variations, cc.attempts
   tasks = seeds * m + config.pool.replay_tasks
   n, gen = tasks * g, seeds * m
-  pe, lt = domain.simulator_prompt_len, domain.task_len
+  # The simulator writes (and is trained on) simulator_len tokens.
+  pe, ls = domain.simulator_prompt_len, domain.simulator_len
   p, r = domain.agent_prompt_len, domain.answer_len
   agent, sim = players.agent_model, players.simulator_model
   fwd, train = common.forward_flops_per_token, common.train_flops_per_token
@@ -313,12 +372,17 @@ def phases(setup: Setup, only: tuple[str, ...] = ()) -> list[Phase]:
                                          rmask, temperature, chunk,
                                          row_chunks).logp)
 
-  def sampling_bytes(model, params):
-    # A decode step reads the sampling copy of the weights (in the compute
-    # dtype; "gathered": whole over fsdp).
+  def sampling_bytes(model, params, rows, prompt, new_tokens):
+    # Prefill and each decode step read the sampling copy of the weights (in
+    # the compute dtype; "gathered": whole over fsdp), each step the cache.
     gathered = cc.sampling_layout == "gathered"
-    return _param_bytes(params, model.dtype) * (
+    weights = _param_bytes(params, model.dtype) * (
         setup.mesh.shape["fsdp"] if gathered else 1)
+    return ((1 + new_tokens) * weights
+            + live_cache_bytes(model, rows, prompt, new_tokens) / devices)
+
+  def update_bytes(params, steps, forward_reads=2):
+    return steps * (forward_reads + 1 + OPTIMIZER_PASSES) * _param_bytes(params)
 
   agent_batch = coevolve.AgentBatch(
       b((n, p), jnp.int32, "prompt"), b((n, p), jnp.bool_, "prompt_mask"),
@@ -332,15 +396,15 @@ def phases(setup: Setup, only: tuple[str, ...] = ()) -> list[Phase]:
        (state.simulator.params, b((seeds, pe), jnp.int32, "prompt"),
         b((seeds, pe), jnp.bool_, "mask"), setup.key()),
        seeds * pe * fwd(sim, common.causal_context(pe))
-       + gen * lt * fwd(sim, common.sampler_context(pe, lt)),
-       lt * sampling_bytes(sim, state.simulator.params)),
+       + gen * ls * fwd(sim, common.sampler_context(pe, ls)),
+       sampling_bytes(sim, state.simulator.params, gen, pe, ls)),
       ("agent_sample",
        lambda prm, pr, pm, k: sampled(agent, prm, pr, pm, k, agent_sampling, g),
        (state.agent.params, b((tasks, p), jnp.int32, "prompt"),
         b((tasks, p), jnp.bool_, "mask"), setup.key()),
        tasks * p * fwd(agent, common.causal_context(p))
        + n * r * fwd(agent, common.sampler_context(p, r)),
-       r * sampling_bytes(agent, state.agent.params)),
+       sampling_bytes(agent, state.agent.params, n, p, r)),
       ("agent_reference", logprobs(agent, cc.agent_temperature,
                                    cc.agent_minibatches),
        (state.agent.ref_params,) + tuple(agent_batch[:4]),
@@ -350,13 +414,13 @@ def phases(setup: Setup, only: tuple[str, ...] = ()) -> list[Phase]:
        lambda st, batch, k: coevolve.agent_update(config, players, st, batch, k),
        (state.agent, agent_batch, setup.key()),
        cc.agent_epochs * n * (p + r) * train(agent, common.causal_context(p + r)),
-       3 * cc.agent_epochs * cc.agent_minibatches
-       * _param_bytes(state.agent.params)),
+       update_bytes(state.agent.params,
+                    cc.agent_epochs * cc.agent_minibatches)),
       ("simulator_reference", logprobs(sim, cc.simulator_temperature),
        (state.simulator.ref_params, b((gen, pe), jnp.int32, "prompt"),
-        b((gen, pe), jnp.bool_, "prompt_mask"), b((gen, lt), jnp.int32, "task"),
-        b((gen, lt), jnp.bool_, "task_mask")),
-       gen * (pe + lt) * fwd(sim, common.causal_context(pe + lt)),
+        b((gen, pe), jnp.bool_, "prompt_mask"), b((gen, ls), jnp.int32, "task"),
+        b((gen, ls), jnp.bool_, "task_mask")),
+       gen * (pe + ls) * fwd(sim, common.causal_context(pe + ls)),
        _param_bytes(state.simulator.ref_params)),
   ]
   if config.simulator_update.method != "none":
@@ -367,89 +431,152 @@ def phases(setup: Setup, only: tuple[str, ...] = ()) -> list[Phase]:
         (state.simulator, coevolve.SimulatorBatch(
             b((gen, pe), jnp.int32, "prompt"),
             b((gen, pe), jnp.bool_, "prompt_mask"),
-            b((gen, lt), jnp.int32, "task"), b((gen, lt), jnp.bool_, "task_mask"),
-            f32((gen, lt), "old_logp"), f32((gen, lt), "ref_logp"),
+            b((gen, ls), jnp.int32, "task"), b((gen, ls), jnp.bool_, "task_mask"),
+            f32((gen, ls), "old_logp"), f32((gen, ls), "ref_logp"),
             b((gen,), jnp.bool_, "valid"), f32((gen,), "reward"),
             f32((gen,), "weights"))),
         # Forward + backward, then the KL-cap forward.
-        gen * (pe + lt) * (train(sim, common.causal_context(pe + lt))
-                           + fwd(sim, common.causal_context(pe + lt))),
-        4 * _param_bytes(state.simulator.params)))
+        gen * (pe + ls) * (train(sim, common.causal_context(pe + ls))
+                           + fwd(sim, common.causal_context(pe + ls))),
+        update_bytes(state.simulator.params, 1, forward_reads=3)))
   unknown = set(only) - {spec[0] for spec in specs}
   if unknown:
     raise ValueError(f"--phase_names: unknown {sorted(unknown)}; expected "
                      f"some of {[spec[0] for spec in specs]}.")
   out = []
-  for name, fn, args, flops, weight_bytes in specs:
+  for name, fn, args, flops, ideal_bytes in specs:
     if only and name not in only:
       continue
-    out.append(Phase(compile_program(name, setup.jit(fn), *args),
-                     flops / devices, weight_bytes))
+    program = (compile_program(name, setup.jit(fn), *args,
+                               num_devices=devices) if compile_them else None)
+    out.append(Phase(name, flops / devices, ideal_bytes, program))
   return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Rates:
+  """One device's peak rates: FLOP/s, HBM and interconnect bytes/s."""
+  flops: float
+  hbm: float
+  ici: float
+
+  def modeled_s(self, cost: hlo_cost.Cost) -> float:
+    """Seconds of a compiled program: its compute or its HBM traffic,
+    whichever is longer, then its collectives (none overlapped)."""
+    return (max(cost.flops / self.flops, cost.hbm_bytes / self.hbm)
+            + cost.collective_bytes / self.ici)
+
+  def bound_s(self, flops: float, hbm_bytes: float) -> float:
+    return max(flops / self.flops, hbm_bytes / self.hbm)
 
 
 def _gib(x: float) -> str:
   return f"{x / GIB:.3f}"
 
 
+def _record(kind: str, name: str, prog: Program, rates: Rates,
+            bound_s: float | None, **extra) -> dict:
+  cost = prog.cost
+  return {kind: name, "fits": prog.fits, "compiles": prog.compiles,
+          "peak_bytes": prog.peak, "temp_bytes": prog.temp,
+          "argument_bytes": prog.argument, "flops": cost.flops,
+          "hbm_bytes": cost.hbm_bytes,
+          "collective_bytes": cost.collective_bytes,
+          "collectives": hlo_cost.collectives_json(cost),
+          "unknown_loops": cost.unknown_loops,
+          "modeled_s": rates.modeled_s(cost) if prog.fits else None,
+          "bound_s": bound_s, **extra}
+
+
 def report(tpu_slice: slices.Slice, setup: Setup, progs: list[Program],
-           phase_list: list[Phase], devices_per_chip: int = 1) -> tuple[str, bool]:
-  """The printed report and whether every program fits."""
+           phase_list: list[Phase], devices_per_chip: int = 1,
+           json_lines: bool = False) -> tuple[str, bool]:
+  """The printed report (a table, or with json_lines one JSON object per
+  program and per compiled phase) and whether every program fits."""
   chip = tpu_slice.chip
   hbm = chip.hbm_gib * GIB / devices_per_chip
-  peak_flops = chip.peak_tflops * 1e12 / devices_per_chip
-  bandwidth = chip.hbm_gbps * 1e9 / devices_per_chip
+  rates = Rates(chip.peak_tflops * 1e12 / devices_per_chip,
+                chip.hbm_gbps * 1e9 / devices_per_chip,
+                chip.ici_gbps * 1e9 / devices_per_chip)
+  compiled_phases = [ph for ph in phase_list if ph.program is not None]
+  bound = sum(rates.bound_s(ph.model_flops, ph.ideal_bytes)
+              for ph in phase_list)
+  everything = progs + [ph.program for ph in compiled_phases]
+  fits = all(p.fits and p.peak <= hbm for p in everything)
+  peak = max((p.peak for p in everything), default=0)
+  step = [p for p in progs if p.name == "coevolve_step" and p.fits]
+  if step:
+    step_s = f"{rates.modeled_s(step[0].cost):.3f}"
+  elif compiled_phases and all(ph.program.fits for ph in compiled_phases):
+    step_s = f"{sum(rates.modeled_s(ph.program.cost) for ph in compiled_phases):.3f}"
+  else:
+    step_s = "-"
+  last = (f"fits={'true' if fits else 'false'} peak_gib={peak / GIB:.2f} "
+          f"hbm_gib={hbm / GIB:.2f} topology={tpu_slice.name} "
+          f"step_s={step_s} bound_s={bound:.3f}")
+  if json_lines:
+    lines = [hlo_cost.dumps(_record(
+        "program", prog.name, prog, rates,
+        bound if prog.name == "coevolve_step" and phase_list else None))
+             for prog in progs]
+    for ph in phase_list:
+      ideal = dict(model_flops=ph.model_flops, ideal_bytes=ph.ideal_bytes)
+      bound_s = rates.bound_s(ph.model_flops, ph.ideal_bytes)
+      lines.append(hlo_cost.dumps(
+          _record("phase", ph.name, ph.program, rates, bound_s, **ideal)
+          if ph.program is not None else
+          {"phase": ph.name, "compiled": False, "bound_s": bound_s, **ideal}))
+    return "\n".join(lines + [last]), fits
   lines = [
       f"slice {tpu_slice.name}: topology {tpu_slice.topology_name}, "
       f"{setup.mesh.size} devices (one per chip), mesh "
       f"{common.describe_mesh(setup.mesh)}; per device {chip.hbm_gib:g} GiB "
-      f"HBM, {chip.peak_tflops:g} TFLOP/s bf16, {chip.hbm_gbps:g} GB/s",
+      f"HBM, {chip.peak_tflops:g} TFLOP/s bf16, {chip.hbm_gbps:g} GB/s HBM, "
+      f"{chip.ici_gbps:g} GB/s ICI",
       "program | compiles | compile_s | argument_gib | output_gib | temp_gib | "
-      "peak_gib | hbm_gib | fits | xla_gflops | xla_gbytes_accessed"]
-  for prog in progs + [ph.program for ph in phase_list]:
+      "peak_gib | hbm_gib | fits | tflops | hbm_gb | collective_gb | "
+      "modeled_s"]
+  for prog in everything:
     lines.append(" | ".join([
         prog.name, str(prog.compiles), f"{prog.seconds:.1f}",
         _gib(prog.argument), _gib(prog.output), _gib(prog.temp),
         _gib(prog.peak), _gib(hbm), "yes" if prog.fits else "NO",
-        f"{prog.flops / 1e9:.1f}", f"{prog.bytes_accessed / 1e9:.2f}"]))
+        f"{prog.cost.flops / 1e12:.2f}", f"{prog.cost.hbm_bytes / 1e9:.1f}",
+        f"{prog.cost.collective_bytes / 1e9:.1f}",
+        f"{rates.modeled_s(prog.cost):.3f}" if prog.fits else "-"]))
     if prog.error:
       lines.append(f"  {prog.name}: {prog.error}")
   if phase_list:
-    lines.append("phase | model_tflops_per_device | hbm_gb_per_device | "
-                 "roofline_s | bound | mfu")
-    total_flops = total_time = 0.0
+    lines.append("phase | model_tflops | ideal_hbm_gb | bound_s | tflops | "
+                 "hbm_gb | collective_gb | modeled_s | modeled/bound")
     for ph in phase_list:
-      compute, memory = ph.model_flops / peak_flops, ph.weight_bytes / bandwidth
-      seconds = max(compute, memory)
-      total_flops += ph.model_flops
-      total_time += seconds
-      lines.append(" | ".join([
-          ph.program.name, f"{ph.model_flops / 1e12:.2f}",
-          f"{ph.weight_bytes / 1e9:.1f}", f"{seconds:.3f}",
-          "compute" if compute >= memory else "memory",
-          f"{ph.model_flops / (seconds * peak_flops):.2f}" if seconds else "-"]))
-    lines.append(f"step (phases in sequence) | {total_flops / 1e12:.2f} | - | "
-                 f"{total_time:.3f} | - | "
-                 f"{total_flops / (total_time * peak_flops):.2f}")
-  everything = progs + [ph.program for ph in phase_list]
-  fits = all(p.fits and p.peak <= hbm for p in everything)
-  peak = max((p.peak for p in everything), default=0)
-  lines.append(f"fits={'true' if fits else 'false'} peak_gib={peak / GIB:.2f} "
-               f"hbm_gib={hbm / GIB:.2f} topology={tpu_slice.name}")
+      bound_s = rates.bound_s(ph.model_flops, ph.ideal_bytes)
+      row = [ph.name, f"{ph.model_flops / 1e12:.2f}",
+             f"{ph.ideal_bytes / 1e9:.1f}", f"{bound_s:.3f}"]
+      if ph.program is not None and ph.program.fits:
+        cost, modeled = ph.program.cost, rates.modeled_s(ph.program.cost)
+        row += [f"{cost.flops / 1e12:.2f}", f"{cost.hbm_bytes / 1e9:.1f}",
+                f"{cost.collective_bytes / 1e9:.1f}", f"{modeled:.3f}",
+                f"{modeled / bound_s:.2f}" if bound_s else "-"]
+      else:
+        row += ["-"] * 5
+      lines.append(" | ".join(row))
+  lines.append(last)
   return "\n".join(lines), fits
 
 
 def run(config, topology: str, heldout_rows: int = 512,
         with_phases: bool = True,
         only: tuple[str, ...] = PROGRAMS,
-        phase_names: tuple[str, ...] = ()) -> tuple[str, bool]:
+        phase_names: tuple[str, ...] = (),
+        json_lines: bool = False) -> tuple[str, bool]:
   """Compiles the programs `only` names (and with_phases, the phases) for
   slice `topology`; returns (report, fits)."""
   tpu_slice = slices.parse_slice(topology)
   setup = Setup(config, tpu_slice, topology_devices(tpu_slice))
   progs = programs(setup, heldout_rows, only)
-  phase_list = phases(setup, phase_names) if with_phases else []
-  return report(tpu_slice, setup, progs, phase_list)
+  phase_list = phases(setup, phase_names, compile_them=with_phases)
+  return report(tpu_slice, setup, progs, phase_list, json_lines=json_lines)
 
 
 def main(argv):
@@ -461,7 +588,7 @@ def main(argv):
                     FLAGS.phases,
                     tuple(p for p in FLAGS.programs if p != "none")
                     if FLAGS.programs else PROGRAMS,
-                    tuple(FLAGS.phase_names))
+                    tuple(FLAGS.phase_names), FLAGS.json)
   print(text, flush=True)
   sys.exit(0 if fits else 1)
 
@@ -482,6 +609,8 @@ def define_flags() -> None:
                     "heldout; 'none' compiles none of them).")
   flags.DEFINE_list("phase_names", [], "With --phases, compile only these "
                     "phases (default: all; names as in the module doc).")
+  flags.DEFINE_bool("json", False, "Print one JSON object per program and "
+                    "per phase instead of the tables (the last line stays).")
   flags.DEFINE_bool("phases", True, "Also compile each phase of the step on its "
                     "own for the roofline (takes about as long again).")
 

@@ -1,5 +1,5 @@
 """Cloud TPU slices by the accelerator-type names `gcloud` uses, and each
-generation's chip: HBM, peak bf16 FLOP/s and HBM bandwidth.
+generation's chip: HBM, peak bf16 FLOP/s, HBM and interconnect bandwidth.
 
 Names: `v4-N` and `v5p-N` count TensorCores (N / 2 chips); `v5litepod-N` and
 `v6e-N` count chips (one TensorCore each). A slice's topology is its chip grid
@@ -23,7 +23,10 @@ class Chip:
   libtpu_name: the generation in a topology name ("v5e" for v5litepod).
   cores_per_name: TensorCores counted per chip by the accelerator-type name.
   hbm_gib: HBM per chip (GiB); peak_tflops: dense bf16 TFLOP/s per chip;
-  hbm_gbps: HBM bandwidth per chip (GB/s); grid_dims: 3 (torus) or 2.
+  hbm_gbps: HBM bandwidth per chip (GB/s); grid_dims: 3 (torus) or 2;
+  ici_gbps: inter-chip interconnect bandwidth per chip, one direction (GB/s:
+  the vendor's "interchip interconnect BW" in Gbit/s over 8, all of a chip's
+  links at once; a collective over one mesh axis gets less).
   """
   libtpu_name: str
   cores_per_name: int
@@ -31,13 +34,14 @@ class Chip:
   peak_tflops: float
   hbm_gbps: float
   grid_dims: int
+  ici_gbps: float
 
 
 CHIPS = {
-    "v4": Chip("v4", 2, 32.0, 275.0, 1228.0, 3),
-    "v5p": Chip("v5p", 2, 95.0, 459.0, 2765.0, 3),
-    "v5litepod": Chip("v5e", 1, 16.0, 197.0, 819.0, 2),
-    "v6e": Chip("v6e", 1, 32.0, 918.0, 1640.0, 2),
+    "v4": Chip("v4", 2, 32.0, 275.0, 1228.0, 3, 300.0),
+    "v5p": Chip("v5p", 2, 95.0, 459.0, 2765.0, 3, 600.0),
+    "v5litepod": Chip("v5e", 1, 16.0, 197.0, 819.0, 2, 200.0),
+    "v6e": Chip("v6e", 1, 32.0, 918.0, 1640.0, 2, 448.0),
 }
 
 # The chip grid gcloud gives a slice of this many chips.

@@ -1,0 +1,434 @@
+"""A compiled program's cost per device, read from its optimized HLO text,
+every loop counted as many times as it runs.
+
+XLA's own cost analysis (`compiled.cost_analysis()`) counts a while loop's
+body once, so a decode loop, a layer scan or a scan over GRPO minibatches
+shows one trip of work. This reads the HLO module `compiled.as_text()`
+prints and adds each computation's cost times the number of times it runs:
+a while loop's body its trip count (XLA's `known_trip_count`, else the bound
+its condition compares the induction variable with), a conditional its
+costliest branch, a fusion or call its callee once.
+
+What is counted, per device:
+  - flops: 2 per multiply-add of every dot and convolution (elementwise work
+    is left out: on a TPU it runs beside the matrix units); a Pallas kernel
+    (custom call) counts the flops of the cost estimate it carries.
+  - hbm_bytes: the bytes each top-level operation (a fusion, a dot, a copy,
+    a collective, ...) reads and writes: its operands and its result. A
+    slice counts the slice's bytes, and so does an operand a fusion only
+    slices (a scanned layer reads its own weights from the stacked ones); an
+    update in place (a dynamic-update-slice, or a fusion whose root is one)
+    counts the update, not the buffer. Operations inside a fusion stay on the chip and count
+    nothing.
+  - collectives: per kind (all-gather, all-reduce, reduce-scatter,
+    all-to-all, collective-permute) how many run and the bytes each device
+    sends: (n - 1) / n of the gathered or scattered array for all-gather and
+    reduce-scatter, twice that for all-reduce, the array for a permute, n
+    the size of its replica group.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import math
+import re
+
+DTYPE_BYTES = {
+    "pred": 1, "s2": 0.25, "u2": 0.25, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1,
+    "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
+    "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "f8e4m3fn": 1,
+    "f8e5m2": 1, "f8e4m3b11fnuz": 1, "f8e4m3fnuz": 1, "f8e5m2fnuz": 1,
+    "f8e4m3": 1, "f8e3m4": 1, "f4e2m1fn": 0.5, "f8e8m0fnu": 1,
+}
+ARRAY = re.compile(r"\b(" + "|".join(sorted(DTYPE_BYTES, key=len, reverse=True))
+                   + r")\[([^\]]*)\]")
+# Operations that move no bytes of their own (bookkeeping, or counted where
+# their work is: a loop's body, an async pair's start).
+NO_TRAFFIC = {
+    "parameter", "constant", "get-tuple-element", "tuple", "bitcast",
+    "while", "conditional", "call", "after-all", "partition-id", "replica-id",
+    "opt-barrier", "add-dependency", "domain", "all-gather-done",
+    "all-reduce-done", "collective-permute-done", "copy-done", "async-done",
+    "async-update", "send-done", "recv-done", "iota",
+}
+COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all",
+               "collective-permute", "ragged-all-to-all")
+SLICING = {"dynamic-slice", "slice", "gather"}
+
+
+@dataclasses.dataclass
+class Cost:
+  """Per-device cost: flops, HBM bytes, and per collective kind its count
+  and the bytes each device sends."""
+  flops: float = 0.0
+  hbm_bytes: float = 0.0
+  collectives: dict = dataclasses.field(default_factory=dict)
+  unknown_loops: int = 0  # while loops whose trip count was not found (x1)
+
+  @property
+  def collective_bytes(self) -> float:
+    return sum(b for _, b in self.collectives.values())
+
+  def add(self, other: "Cost", times: float = 1.0) -> None:
+    self.flops += times * other.flops
+    self.hbm_bytes += times * other.hbm_bytes
+    for kind, (count, sent) in other.collectives.items():
+      c, b = self.collectives.get(kind, (0.0, 0.0))
+      self.collectives[kind] = (c + times * count, b + times * sent)
+    self.unknown_loops += other.unknown_loops
+
+  def add_collective(self, kind: str, sent: float) -> None:
+    count, total = self.collectives.get(kind, (0.0, 0.0))
+    self.collectives[kind] = (count + 1, total + sent)
+
+
+@dataclasses.dataclass
+class Instruction:
+  name: str
+  type: str          # result type text, e.g. "bf16[8,128]{1,0}" or a tuple
+  opcode: str
+  operands: list     # operand names
+  args: str          # the text inside the parentheses ("0" of parameter(0))
+  attributes: str    # the text after them
+  root: bool = False
+
+
+def array_shapes(type_text: str) -> list[tuple[str, tuple[int, ...]]]:
+  """(dtype, dims) of every array in an HLO type (a tuple's leaves)."""
+  out = []
+  for dtype, dims in ARRAY.findall(type_text):
+    sizes = tuple(int(d.lstrip("<=")) for d in dims.split(",") if d.strip())
+    out.append((dtype, sizes))
+  return out
+
+
+def type_bytes(type_text: str) -> float:
+  """Bytes of every array in an HLO type."""
+  return sum(DTYPE_BYTES[dtype] * math.prod(dims)
+             for dtype, dims in array_shapes(type_text))
+
+
+def _closing(text: str, start: int, open_: str = "(", close: str = ")") -> int:
+  """Index of the bracket closing the one at text[start]."""
+  depth = 0
+  for i in range(start, len(text)):
+    if text[i] == open_:
+      depth += 1
+    elif text[i] == close:
+      depth -= 1
+      if depth == 0:
+        return i
+  raise ValueError(f"unbalanced {open_!r} in HLO line: {text[:200]}")
+
+
+INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*")
+HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*(->.*)?\{\s*$")
+OPERAND = re.compile(r"%([\w.\-]+)")
+
+
+def parse_instruction(line: str) -> Instruction | None:
+  match = INSTRUCTION.match(line)
+  if not match:
+    return None
+  rest = line[match.end():]
+  if rest.startswith("("):
+    end = _closing(rest, 0)
+    type_text, rest = rest[:end + 1], rest[end + 1:].lstrip()
+  else:
+    type_text, _, rest = rest.partition(" ")
+  opcode_match = re.match(r"([\w\-]+)\(", rest)
+  if not opcode_match:
+    return None
+  start = opcode_match.end() - 1
+  end = _closing(rest, start)
+  operands = OPERAND.findall(rest[start + 1:end])
+  return Instruction(match.group(2), type_text, opcode_match.group(1),
+                     operands, rest[start + 1:end], rest[end + 1:],
+                     bool(match.group(1)))
+
+
+def parse_module(text: str) -> tuple[dict[str, list[Instruction]], str]:
+  """({computation name: its instructions}, the entry computation's name)."""
+  computations, entry, current = {}, "", None
+  for line in text.splitlines():
+    if current is None:
+      if line.startswith((" ", "\t", "HloModule", "//")) or "=" in line.split(
+          "(")[0]:
+        continue
+      header = HEADER.match(line)
+      if header:
+        current = header.group(2)
+        computations[current] = []
+        if header.group(1):
+          entry = current
+      continue
+    if line.strip() == "}":
+      current = None
+      continue
+    instruction = parse_instruction(line)
+    if instruction is not None:
+      computations[current].append(instruction)
+  if not entry:
+    raise ValueError("HLO text has no ENTRY computation.")
+  return computations, entry
+
+
+def _called(attributes: str, key: str) -> list[str]:
+  """Computation names an attribute names: key=%a or key={%a, %b}."""
+  match = re.search(r"\b" + key + r"=(\{[^}]*\}|%?[\w.\-]+)", attributes)
+  if not match:
+    return []
+  return [n.lstrip("%") for n in re.findall(r"%?[\w.\-]+", match.group(1))]
+
+
+def _group_size(attributes: str, num_devices: int) -> int:
+  """Devices in each replica group of a collective."""
+  match = re.search(r"replica_groups=\[(\d+),(\d+)\]<=", attributes)
+  if match:
+    return int(match.group(2))
+  match = re.search(r"replica_groups=\{\{([\d,]*)\}", attributes)
+  if match and match.group(1):
+    return len(match.group(1).split(","))
+  match = re.search(r"source_target_pairs=\{", attributes)
+  if match:
+    return 2
+  return num_devices
+
+
+def _dims(attributes: str, key: str) -> list[int]:
+  match = re.search(key + r"=\{([\d,]*)\}", attributes)
+  return [int(d) for d in match.group(1).split(",") if d] if match else []
+
+
+class Module:
+  """An HLO module's costs (see the module doc)."""
+
+  def __init__(self, text: str, num_devices: int = 1):
+    self.computations, self.entry = parse_module(text)
+    self.num_devices = num_devices
+    self._shapes = {}
+    for instructions in self.computations.values():
+      for i in instructions:
+        self._shapes[i.name] = i.type
+    self._costs: dict[str, Cost] = {}
+
+  def cost(self) -> Cost:
+    return self._computation(self.entry)
+
+  # -------------------------------------------------------------- computations
+
+  def _computation(self, name: str) -> Cost:
+    if name not in self._costs:
+      total = Cost()
+      for instruction in self.computations.get(name, []):
+        total.add(self._instruction(instruction))
+      self._costs[name] = total
+    return self._costs[name]
+
+  def _flops_only(self, name: str) -> float:
+    """FLOPs of a fused computation (nested fusions included)."""
+    total = 0.0
+    for i in self.computations.get(name, []):
+      total += self._own_flops(i)
+      if i.opcode == "fusion":
+        total += sum(self._flops_only(c) for c in _called(i.attributes, "calls"))
+    return total
+
+  def _own_flops(self, i: Instruction) -> float:
+    if i.opcode == "dot":
+      out = array_shapes(i.type)
+      lhs = array_shapes(self._shapes.get(i.operands[0], ""))
+      if not out or not lhs:
+        return 0.0
+      contracted = math.prod(lhs[0][1][d]
+                             for d in _dims(i.attributes, "lhs_contracting_dims"))
+      return 2.0 * math.prod(out[0][1]) * contracted
+    if i.opcode == "convolution":
+      return self._convolution_flops(i)
+    if i.opcode == "custom-call":
+      estimate = re.search(r'"flops"\s*:\s*"?([\d.e+]+)', i.attributes)
+      return float(estimate.group(1)) if estimate else 0.0
+    return 0.0
+
+  def _convolution_flops(self, i: Instruction) -> float:
+    """2 per multiply-add that meets an input element: a window position
+    on padding or on a hole of a dilated input counts nothing (XLA writes
+    batched matmuls as convolutions over dilated batch dimensions)."""
+    labels = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", i.attributes)
+    shapes = [array_shapes(self._shapes.get(o, "")) for o in i.operands[:2]]
+    out = array_shapes(i.type)
+    if not labels or not all(shapes) or not out:
+      return 0.0
+    lhs_labels, rhs_labels, out_labels = labels.groups()
+    lhs, rhs, result = shapes[0][0][1], shapes[1][0][1], out[0][1]
+    window = re.search(r"window=\{([^}]*)\}", i.attributes)
+    fields = dict(re.findall(r"(\w+)=([\w_]+)", window.group(1))) if window else {}
+    spatial = sorted(c for c in out_labels if c.isdigit())
+
+    def per_dim(name, default):
+      values = fields.get(name)
+      return [default] * len(spatial) if values is None else values.split("x")
+    sizes = [int(v) for v in per_dim("size", "1")]
+    strides = [int(v) for v in per_dim("stride", "1")]
+    pads = [int(v.split("_")[0]) for v in per_dim("pad", "0_0")]
+    lhs_dilation = [int(v) for v in per_dim("lhs_dilate", "1")]
+    rhs_dilation = [int(v) for v in per_dim("rhs_dilate", "1")]
+    macs = (result[out_labels.index("b")] * result[out_labels.index("f")]
+            * rhs[rhs_labels.index("i")])
+    for d, label in enumerate(spatial):
+      size_in = lhs[lhs_labels.index(label)]
+      size_out = result[out_labels.index(label)]
+      extent = (size_in - 1) * lhs_dilation[d]
+      valid = 0
+      for o in range(size_out):
+        for k in range(sizes[d]):
+          p = o * strides[d] + k * rhs_dilation[d] - pads[d]
+          valid += 0 <= p <= extent and p % lhs_dilation[d] == 0
+      macs *= valid
+    return 2.0 * macs
+
+  # -------------------------------------------------------------- instructions
+
+  def _instruction(self, i: Instruction) -> Cost:
+    cost = Cost()
+    op = i.opcode
+    if op == "while":
+      trips = self._trip_count(i)
+      if trips is None:
+        cost.unknown_loops += 1
+        trips = 1
+      for body in _called(i.attributes, "body"):
+        cost.add(self._computation(body), trips)
+      return cost
+    if op == "conditional":
+      branches = (_called(i.attributes, "branch_computations")
+                  or _called(i.attributes, "true_computation")
+                  + _called(i.attributes, "false_computation"))
+      costs = [self._computation(b) for b in branches]
+      if costs:
+        cost.add(max(costs, key=lambda c: (c.flops, c.hbm_bytes)))
+      return cost
+    if op == "call":
+      for callee in _called(i.attributes, "to_apply"):
+        cost.add(self._computation(callee))
+      return cost
+    if op in ("async-start", "call-start"):
+      for callee in _called(i.attributes, "calls"):
+        cost.add(self._computation(callee))
+      return cost
+    kind = op[:-len("-start")] if op.endswith("-start") else op
+    if kind in COLLECTIVES:
+      cost.add_collective(kind, self._sent_bytes(kind, i))
+    if op == "fusion":
+      callees = _called(i.attributes, "calls")
+      cost.flops += sum(self._flops_only(c) for c in callees)
+      cost.hbm_bytes += self._fusion_bytes(i, callees[0] if callees else "")
+      return cost
+    cost.flops += self._own_flops(i)
+    if op in SLICING:
+      # Reads the slice (and any indices), writes it.
+      cost.hbm_bytes += 2 * type_bytes(i.type) + sum(
+          type_bytes(self._shapes.get(o, "")) for o in i.operands[1:]
+          if op == "gather")
+    elif op == "dynamic-update-slice":
+      # In place: reads and writes the update's bytes.
+      cost.hbm_bytes += 2 * type_bytes(self._shapes.get(i.operands[1], ""))
+    elif op not in NO_TRAFFIC:
+      cost.hbm_bytes += type_bytes(i.type) + sum(
+          type_bytes(self._shapes.get(o, "")) for o in i.operands)
+    return cost
+
+  def _sent_bytes(self, kind: str, i: Instruction) -> float:
+    """Bytes one device sends for collective `i`."""
+    n = _group_size(i.attributes, self.num_devices)
+    sizes = [type_bytes(self._shapes.get(o, "")) for o in i.operands]
+    operand = sum(sizes)
+    result = max((DTYPE_BYTES[d] * math.prod(s)
+                  for d, s in array_shapes(i.type)), default=0.0)
+    share = (n - 1) / n if n > 1 else 0.0
+    if kind == "all-gather":
+      return share * result
+    if kind == "reduce-scatter":
+      return share * operand
+    if kind == "all-reduce":
+      return 2 * share * operand
+    if kind in ("all-to-all", "ragged-all-to-all"):
+      return share * operand
+    return operand  # collective-permute
+
+  def _fusion_bytes(self, i: Instruction, callee: str) -> float:
+    """A fusion's operand and result bytes, slicing and in-place updates
+    counted as the module doc says."""
+    body = self.computations.get(callee, [])
+    users = collections.defaultdict(list)
+    param_index = {}
+    root = None
+    for inner in body:
+      if inner.opcode == "parameter":
+        param_index[int(inner.args)] = inner
+      for o in inner.operands:
+        users[o].append(inner)
+      if inner.root:
+        root = inner
+    in_place = set()
+    result = type_bytes(i.type)
+    roots = [root] if root is not None else []
+    if root is not None and root.opcode == "tuple":
+      by_name = {inner.name: inner for inner in body}
+      roots = [by_name[o] for o in root.operands if o in by_name]
+    if roots and any(r.opcode == "dynamic-update-slice" for r in roots):
+      result = 0.0
+      for r in roots:
+        if r.opcode == "dynamic-update-slice":
+          in_place.add(r.operands[0])
+          result += 2 * type_bytes(self._shapes.get(r.operands[1], ""))
+        else:
+          result += type_bytes(r.type)
+    total = result
+    for number, operand in enumerate(i.operands):
+      param = param_index.get(number)
+      full = type_bytes(self._shapes.get(operand, ""))
+      if param is None:
+        total += full
+        continue
+      if param.name in in_place:
+        continue
+      uses = users.get(param.name, [])
+      if uses and all(u.opcode in SLICING for u in uses):
+        total += min(full, sum(type_bytes(u.type) for u in uses))
+      else:
+        total += full
+    return total
+
+  def _trip_count(self, i: Instruction) -> int | None:
+    known = re.search(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)',
+                      i.attributes)
+    if known:
+      return int(known.group(1))
+    # The condition `induction < constant`, the induction starting at 0.
+    for cond in _called(i.attributes, "condition"):
+      body = self.computations.get(cond, [])
+      constants = {c.name: c for c in body if c.opcode == "constant"}
+      for c in body:
+        if c.opcode == "compare" and "direction=LT" in c.attributes:
+          for o in c.operands[1:]:
+            if o in constants and re.fullmatch(r"\d+", constants[o].args):
+              return int(constants[o].args)
+    return None
+
+
+def analyse(compiled, num_devices: int) -> Cost:
+  """The per-device `Cost` of a compiled jax program."""
+  return Module(compiled.as_text(), num_devices).cost()
+
+
+def collectives_json(cost: Cost) -> dict:
+  """{kind: {"count": n, "bytes": b}} for a report line."""
+  return {kind: {"count": int(round(count)), "bytes": sent}
+          for kind, (count, sent) in sorted(cost.collectives.items())}
+
+
+def dumps(record: dict) -> str:
+  return json.dumps(record, sort_keys=False)
