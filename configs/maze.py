@@ -84,12 +84,14 @@ def _shrink_to_smoke(c: ml_collections.ConfigDict) -> None:
   agent solves some): tests compare runs on it."""
   c.task.update(size=3, max_turns=4, level_width=1, levels=4)
   c.warmstart.agent_level_weights = (2, 1)
-  c.data.update(num_train=200, num_test_per_level=4)
+  c.data.update(num_train=200, num_test_per_level=8)
+  # Fast enough that a few steps change some held-out answers.
+  c.agent.learning_rate = 1e-3
   for player in (c.agent, c.simulator):
     player.model_overrides = ml_collections.ConfigDict(dict(
         num_layers=1, hidden_size=32, intermediate_size=64, num_heads=2,
         num_kv_heads=1, max_position_embeddings=64))
-  c.warmstart.update(agent_steps=100, simulator_steps=200,
+  c.warmstart.update(agent_steps=100, simulator_steps=300,
                      simulator_start_steps=4, batch_size=16,
                      learning_rate=3e-3, checkpoint_every=100)
   c.coevolve.update(num_steps=4, num_seeds=4, variations=2, attempts=4,
