@@ -46,7 +46,7 @@ while [[ ${#running[@]} -gt 0 ]]; do
   rc=0
   finished=""
   wait -n -p finished "${running[@]}" || rc=$?
-  [[ -n $finished ]] || continue  # a signal interrupted the wait (trap above)
+  [[ -n ${finished:-} ]] || continue  # a signal interrupted the wait (trap above)
   kept=()
   for p in "${running[@]}"; do [[ $p == "$finished" ]] || kept+=("$p"); done
   running=("${kept[@]}")

@@ -163,3 +163,36 @@ def test_preempted_then_lost_process_reruns_resume_bit_exact(shared,
   assert len(got) == len(expected)
   for a, b in zip(got, expected):
     np.testing.assert_array_equal(a, b)
+
+
+def test_launcher_forwards_sigterm_and_returns_75_once_all_saved(tmp_path):
+  """launch/multiprocess.sh: SIGTERM to it reaches every process; a process
+  that exits 75 (preempted, saved) does not make it stop the others, which
+  finish saving; it exits 75. Stand-in processes: on SIGTERM each records it
+  and exits 75 after 1 s (process 0) or 3 s (process 1)."""
+  fake = tmp_path / "python"
+  fake.write_text(f"""#!/usr/bin/env bash
+case "$*" in
+  *--process_id=*)
+    i=$(echo "$*" | sed -E 's/.*--process_id=([0-9]+).*/\\1/')
+    trap "sleep $((1 + 2 * i)); echo saved > {tmp_path}/saved$i; exit 75" TERM
+    echo started > {tmp_path}/started$i
+    while true; do sleep 0.1; done ;;
+  *) exec {sys.executable} "$@" ;;
+esac
+""")
+  fake.chmod(0o755)
+  env = dict(os.environ, GENENV_PYTHON=str(fake), PYTHONPATH=ROOT,
+             XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  launcher = subprocess.Popen(
+      [os.path.join(ROOT, "launch", "multiprocess.sh"), "2",
+       f"--workdir={tmp_path}"], env=env, stderr=subprocess.PIPE, text=True)
+  deadline = time.monotonic() + 120
+  while not all((tmp_path / f"started{i}").exists() for i in range(2)):
+    assert time.monotonic() < deadline and launcher.poll() is None
+    time.sleep(0.1)
+  launcher.send_signal(signal.SIGTERM)
+  _, stderr = launcher.communicate(timeout=60)
+  assert launcher.returncode == preemption.EXIT_STATUS, stderr
+  assert all((tmp_path / f"saved{i}").exists() for i in range(2)), stderr
+  assert "stopping the others" not in stderr
