@@ -8,7 +8,9 @@
 # fails, stops the others and exits with its status. SIGTERM or Ctrl-C here is passed
 # to every process as SIGTERM, a preemption notice: they save one step together and
 # each exits with status 75 (train.preemption), which this script waits for and
-# returns; rerun the same command to resume. Output: process 0 on this
+# returns; rerun the same command to resume. The processes share this machine's cores,
+# so each may go without a heartbeat for long while they compile: they allow 900 s
+# (--heartbeat_timeout_s; a later flag overrides it). Output: process 0 on this
 # terminal, process I (> 0) in $GENENV_LOG_DIR/process_I.log when that is set, else
 # here too. The Python is $GENENV_PYTHON, else .venv/bin/python, else python3.
 set -euo pipefail
@@ -37,7 +39,7 @@ for ((i = 0; i < n; i++)); do
     log="$GENENV_LOG_DIR/process_$i.log"
   fi
   "$python" -m train.main --coordinator_address="127.0.0.1:$port" \
-    --num_processes="$n" --process_id="$i" "$@" >"$log" 2>&1 &
+    --num_processes="$n" --process_id="$i" --heartbeat_timeout_s=900 "$@" >"$log" 2>&1 &
   pids+=($!)
 done
 status=0

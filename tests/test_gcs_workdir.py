@@ -6,9 +6,12 @@ launcher's checks and the sweep report, and an HF export to gs://.
 
 Clients pointed at the emulator: google-cloud-storage and gcsfs
 (STORAGE_EMULATOR_HOST), tensorstore (TENSORSTORE_GCS_HTTP_URL). Not
-pointable: TensorFlow's tf.io.gfile GCS filesystem (no endpoint setting),
-which epath uses for gs:// when TensorFlow is installed; EPATH_USE_TF=false
-makes epath use gcsfs instead, as here.
+pointable: TensorFlow's GCS filesystem (no endpoint setting). It is in the
+path twice: epath uses tf.io.gfile for gs:// when TensorFlow is installed
+(EPATH_USE_TF=false makes it use gcsfs instead, as here), and clu's
+TensorBoard writer writes its event files through it (the runs here log
+those scalars to the console instead: create_default_writer's
+just_logging).
 """
 
 import json
@@ -98,7 +101,15 @@ def runs(gcs, tmp_path_factory):
       os.kill(os.getpid(), signal.SIGTERM)
     add(self, metrics)
 
+  create_writer = loop.metric_writers.create_default_writer
+
+  def without_tensorboard(patch):
+    patch.setattr(loop.metric_writers, "create_default_writer",
+                  lambda logdir, just_logging=False: create_writer(
+                      logdir, just_logging=True))
+
   with pytest.MonkeyPatch.context() as patch:
+    without_tensorboard(patch)
     patch.setattr(metrics_log.StepMetricsWindow, "add", add_then_sigterm)
     with pytest.raises(preemption.Preempted) as preempted:
       loop.train_and_evaluate(_config(tfds_dir), remote)
@@ -112,6 +123,7 @@ def runs(gcs, tmp_path_factory):
     def no_download(path):
       raise AssertionError(f"{path} was read to checksum it")
     patch.setattr(checkpointing, "_sha256", no_download)
+    without_tensorboard(patch)
     loop.train_and_evaluate(_config(tfds_dir), remote)
   return dict(tfds_dir=tfds_dir, local=local, remote=remote,
               message=str(preempted.value), after_preemption=after_preemption,

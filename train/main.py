@@ -60,7 +60,9 @@ flags.DEFINE_string("compilation_cache_dir", "auto",
 flags.DEFINE_integer("heartbeat_timeout_s", 120,
                      "Multi-process jobs: seconds without a heartbeat from a "
                      "process (a lost or hung host) before every other one "
-                     "stops, naming it.")
+                     "stops, naming it. Several processes sharing a busy "
+                     "machine's cores can miss heartbeats for minutes while "
+                     "they compile: launch/multiprocess.sh passes 900.")
 flags.DEFINE_integer("initialization_timeout_s", 300,
                      "Multi-process jobs: seconds each process waits at "
                      "start-up for all of them to connect.")
@@ -199,7 +201,6 @@ def main(argv):
   from train import multihost  # pylint: disable=g-import-not-at-top
   from train import preemption  # pylint: disable=g-import-not-at-top
   multihost.BARRIER_TIMEOUT_MS = FLAGS.barrier_timeout_s * 1000
-  multihost.LIVENESS_TIMEOUT_S = FLAGS.heartbeat_timeout_s + 30
   logging.info("JAX process %d of %d; devices: %s", jax.process_index(),
                jax.process_count(), jax.devices())
   try:
