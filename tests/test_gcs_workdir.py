@@ -17,6 +17,8 @@ just_logging).
 import json
 import os
 import signal
+import socket
+import subprocess
 import threading
 
 import jax
@@ -59,6 +61,12 @@ def gcs():
     finally:
       server.stop()
       object_store._client.cache_clear()  # pylint: disable=protected-access
+
+
+def _dead_pid():
+  process = subprocess.Popen(["true"])
+  process.wait()
+  return process.pid
 
 
 def _config(tfds_dir):
@@ -165,6 +173,32 @@ def test_a_replaced_checkpoint_object_is_found_without_reading_it(
   assert ckpt.skipped[0][0] == 4 and ckpt.latest_step() == 3
 
 
+def test_checksums_on_gcs_come_from_the_listing_and_catch_a_replaced_object(
+    gcs, monkeypatch):
+  def no_download(path):
+    raise AssertionError(f"{path} was read to checksum it")
+  monkeypatch.setattr(checkpointing, "_sha256", no_download)
+  step_dir = checkpointing.workdir_path(f"{gcs}/sums/7")
+  (step_dir / "default" / "d").mkdir(parents=True, exist_ok=True)
+  (step_dir / "default" / "d" / "a").write_bytes(b"0123456789")
+  (step_dir / "_METADATA").write_bytes(b"{}")
+  checkpointing.record_checksums(step_dir)
+  sums = json.loads((step_dir / checkpointing.CHECKSUM_FILE).read_text())
+  assert sorted(sums) == ["_METADATA", "default/d/a"]
+  assert sums["default/d/a"][1] == 10
+  assert checkpointing.verify(step_dir) is None
+  (step_dir / "default" / "d" / "a").write_bytes(b"0123456780")  # same size
+  assert checkpointing.verify(step_dir) == (
+      f"{step_dir / 'default' / 'd' / 'a'} does not match its CRC32C checksum")
+  (step_dir / "default" / "d" / "a").write_bytes(b"01234")
+  assert checkpointing.verify(step_dir) == (
+      f"{step_dir / 'default' / 'd' / 'a'} has 5 bytes, 10 were saved")
+  (step_dir / "extra").write_bytes(b"x")
+  (step_dir / "default" / "d" / "a").unlink()
+  assert checkpointing.verify(step_dir) == (
+      f"{step_dir / 'default' / 'd' / 'a'} is missing")
+
+
 def test_the_lock_on_gcs_admits_exactly_one_of_racing_runs(gcs):
   path = f"{gcs}/race/LOCK"
   won = []
@@ -172,7 +206,7 @@ def test_the_lock_on_gcs_admits_exactly_one_of_racing_runs(gcs):
 
   def racer(i):
     start.wait()
-    won.append(object_store.create_if_absent(path, str(i).encode()))
+    won.append(object_store.write_if_generation(path, str(i).encode(), 0))
   threads = [threading.Thread(target=racer, args=(i,)) for i in range(8)]
   for t in threads:
     t.start()
@@ -191,6 +225,14 @@ def test_the_lock_on_gcs_admits_exactly_one_of_racing_runs(gcs):
       json.dumps({"pid": 1, "host": "elsewhere"}))
   with pytest.raises(workdir_lib.WorkdirLockedError, match="'elsewhere'"):
     workdir_lib.WorkdirLock(workdir).__enter__()
+  # One left on this host by a process that is gone is taken over, replaced
+  # only if still the version read.
+  (checkpointing.workdir_path(workdir) / workdir_lib.LOCK_FILE).write_text(
+      json.dumps({"pid": _dead_pid(), "host": socket.gethostname()}))
+  with workdir_lib.WorkdirLock(workdir):
+    assert json.loads((checkpointing.workdir_path(workdir)
+                       / workdir_lib.LOCK_FILE).read_text())["pid"] == (
+                           os.getpid())
 
 
 def test_sweep_report_and_launcher_checks_and_hf_export_on_gcs(runs, gcs):
