@@ -16,8 +16,9 @@ Prints, and writes to --out as JSON: each kill (signal, seconds, exit
 status, the step the workdir's metrics reached); whether the soaked run's
 metrics (wall-clock figures aside) and final checkpoint equal the
 uninterrupted run's; RSS at the first logged stage-2 step and at the end,
-its peak and its growth per 1000 steps (least squares over the stage-2
-samples); the workdir's size at the end and its growth per 1000 steps.
+its peak and its growth per 1000 steps (least squares over the last three
+quarters of the stage-2 samples: the first hold the compilation's memory);
+the workdir's size at the end and its growth per 1000 steps.
 """
 
 from __future__ import annotations
@@ -139,7 +140,12 @@ def uninterrupted(workdir: str, cache_dir: str, log) -> dict:
           "rss_first_mb": rss[0][1] / 2**20 if rss else None,
           "rss_last_mb": rss[-1][1] / 2**20 if rss else None,
           "rss_peak_mb": max(v for _, v in rss) / 2**20 if rss else None,
-          "rss_growth_mb_per_1000_steps": _growth_per_1000(rss) / 2**20,
+          # Over the last three quarters of the samples: the first hold the
+          # compilation's memory, which is released after it.
+          "rss_growth_mb_per_1000_steps": (
+              _growth_per_1000(rss[len(rss) // 4:]) / 2**20),
+          "rss_mb_by_step": [(step, round(value / 2**20, 1))
+                             for step, value in rss[::max(1, len(rss) // 40)]],
           "rss_samples": len(rss),
           "workdir_mb": sizes[-1][1] / 2**20,
           "workdir_growth_mb_per_1000_steps": (
