@@ -75,12 +75,12 @@ def _log(workdir, index):
     return f.read()
 
 
-def _wait(processes, workdir, timeout=900):
+def _wait(processes, workdir, timeout=2400):
   codes = [p.wait(timeout=timeout) for p in processes]
   return codes, [_log(workdir, i)[-4000:] for i in range(2)]
 
 
-def _wait_for_step(workdir, step, processes, timeout=900):
+def _wait_for_step(workdir, step, processes, timeout=2400):
   path = os.path.join(workdir, metrics_log.METRICS_FILE)
   deadline = time.monotonic() + timeout
   while not any(r["step"] >= step and "agent/loss" in r
@@ -206,7 +206,10 @@ main.maybe_initialize_distributed(
     "true", job=main.named_job(f"127.0.0.1:{port}", 2, index),
     timeouts=main.job_timeouts(heartbeat_s=20, initialization_s=300))
 print("joined", flush=True)
-multihost.barrier("never")  # process 1 is stopped before it gets here
+if index == 0:
+  multihost.barrier("never")  # waits for process 1, which never comes
+else:
+  time.sleep(3600)  # stopped (SIGSTOP) meanwhile
 """
 
 

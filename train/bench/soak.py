@@ -38,6 +38,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from train import cpu_flags
 from train import metrics_log
 
 _CONFIG = flags.DEFINE_string("config", "configs/default.py:smoke",
@@ -49,6 +50,9 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the kills' times and "
 _WORKDIR = flags.DEFINE_string("workdir", "", "Where the runs go (default: "
                                "a temporary directory).")
 _OUT = flags.DEFINE_string("out", "", "Also write the figures here (JSON).")
+_COMPARE_ONLY = flags.DEFINE_bool(
+    "compare_only", False, "Run nothing: compare the soaked and the "
+    "uninterrupted run already in --workdir.")
 # Fields of the runs beyond the config file's: a checkpoint every 10 steps,
 # the last 2 kept, a held-out evaluation every 50.
 _FIELDS = ("--config.checkpoint_every=10", "--config.max_checkpoints=2",
@@ -204,27 +208,39 @@ def soaked(workdir: str, cache_dir: str, log) -> dict:
   return {"kills": kills, "final_exit": final.returncode}
 
 
+def compare(run: str, reference: str) -> dict:
+  """Whether the soaked run's metrics (wall-clock figures aside) and final
+  checkpoint equal the uninterrupted run's, and its workdir's size."""
+  got, want = _checkpoint(run, _STEPS.value), _checkpoint(reference,
+                                                          _STEPS.value)
+  return {"metrics_equal": _records(run) == _records(reference),
+          "checkpoint_arrays": len(want),
+          "checkpoint_equal": len(got) == len(want) and all(
+              np.array_equal(a, b) for a, b in zip(got, want)),
+          "soaked_workdir_mb": _size_bytes(run) / 2**20}
+
+
 def main(argv):
   del argv
+  # The devices train.main runs with, so that its checkpoints restore here.
+  cpu_flags.use_project_settings()
   root = _WORKDIR.value or tempfile.mkdtemp(prefix="soak_")
+  reference = os.path.join(root, "uninterrupted")
+  run = os.path.join(root, "soaked")
+  if _COMPARE_ONLY.value:
+    print(json.dumps(compare(run, reference), indent=1))
+    return
   cache_dir = os.path.join(root, "xla_cache")
   os.makedirs(root, exist_ok=True)
   with open(os.path.join(root, "log.txt"), "a") as log:
-    reference = os.path.join(root, "uninterrupted")
     figures = {"config": _CONFIG.value, "steps": _STEPS.value,
                "fields": list(_FIELDS)}
     figures["uninterrupted"] = uninterrupted(reference, cache_dir, log)
     print(json.dumps(figures["uninterrupted"]), flush=True)
-    run = os.path.join(root, "soaked")
     figures["soaked"] = soaked(run, cache_dir, log)
   figures["soaked"]["interrupted_runs"] = sum(
       k["exit"] != 0 for k in figures["soaked"]["kills"])
-  figures["metrics_equal"] = _records(run) == _records(reference)
-  got, want = _checkpoint(run, _STEPS.value), _checkpoint(reference,
-                                                          _STEPS.value)
-  figures["checkpoint_equal"] = len(got) == len(want) and all(
-      np.array_equal(a, b) for a, b in zip(got, want))
-  figures["soaked"]["workdir_mb"] = _size_bytes(run) / 2**20
+  figures.update(compare(run, reference))
   print(json.dumps(figures, indent=1))
   if _OUT.value:
     with open(_OUT.value, "w") as f:
