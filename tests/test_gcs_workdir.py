@@ -52,6 +52,11 @@ def gcs():
     env.setenv("GOOGLE_CLOUD_PROJECT", "genenv-test")
     server = FakeGCSServer()
     server.start()  # sets STORAGE_EMULATOR_HOST
+    # The wrapper pipes the server's log and never reads it: read it here,
+    # or the server stops once the pipe is full.
+    log = server._process.stderr  # pylint: disable=protected-access
+    threading.Thread(target=lambda: all(iter(lambda: log.read(1 << 16), b"")),
+                     daemon=True).start()
     env.setenv("STORAGE_EMULATOR_HOST", server.url)
     env.setenv("TENSORSTORE_GCS_HTTP_URL", server.url)
     object_store._client.cache_clear()  # pylint: disable=protected-access

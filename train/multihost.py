@@ -85,7 +85,7 @@ def failure_report() -> str:
   if lost:
     what = (f"the job lost process{'es' if len(lost) > 1 else ''} "
             f"{', '.join(map(str, lost))} of {count} (no answer within "
-            f"{FAILURE_BARRIER_S:.0f} s"
+            f"{FAILURE_BARRIER_S:.0f} s: gone, or too busy to answer"
             + ("; process 0 runs the job's coordination service"
                if 0 in lost else "") + ")")
   else:
