@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 
 import jax
@@ -246,6 +247,7 @@ def test_sweep_report_and_launcher_checks_and_hf_export_on_gcs(runs, gcs):
   spec = importlib.util.spec_from_file_location(
       "launch_sweep_gcs", os.path.join(root, "launch", "sweep.py"))
   sweep = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = sweep  # dataclasses look their module up there
   spec.loader.exec_module(sweep)
   config = _config(runs["tfds_dir"])
   assert sweep.is_finished(runs["remote"], 4)
