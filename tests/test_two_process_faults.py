@@ -3,7 +3,9 @@ per host, no launcher watching them; two local processes joined by
 jax.distributed, their CPU collectives through gloo):
 
 - SIGTERM to one process mid stage 2: JAX's preemption service makes both
-  stop at the same step, saved, each exiting with status 75;
+  stop at the same step, saved, each exiting with status 75 (and the same
+  agreement without the training, which a loaded machine can trip with
+  gloo's 30 s rendezvous deadline at stage 2's first collectives);
 - one process killed (SIGKILL, a lost host): the other exits non-zero within
   the bound, naming the lost process;
 - one process stopped (SIGSTOP, a hung host: no closed socket, as on a pod):
@@ -244,3 +246,54 @@ def test_a_hung_process_is_named_after_the_heartbeat_timeout(tmp_path):
   assert code != 0
   assert detection_s <= 20 + 60, log[-2000:]
   assert re.search(r"stopped sending heartbeats\):\s*1\b", log), log[-2000:]
+
+
+AGREE = """
+import sys, time
+from train import main, preemption
+index, port = int(sys.argv[1]), sys.argv[2]
+main.maybe_initialize_distributed(
+    "true", job=main.named_job(f"127.0.0.1:{port}", 2, index),
+    timeouts=main.job_timeouts(heartbeat_s=900, initialization_s=300))
+with preemption.Watch():
+  print("watching", flush=True)
+  for call in range(1, 100000):
+    if preemption.reached():
+      print(f"stopped at call {call}", flush=True)
+      sys.exit(preemption.EXIT_STATUS)
+    time.sleep(0.01 * (1 + index))  # process 1 runs at half the pace
+"""
+
+
+def test_sigterm_to_one_process_stops_both_at_the_same_point(tmp_path):
+  """train.preemption in a two-process job, without the training (whose
+  first cross-process collectives a loaded machine can delay past gloo's
+  30 s): SIGTERM to process 1 alone; both processes' `reached()` answer
+  True at the same call, the one after the furthest either had made."""
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+  port = str(_free_port())
+  logs = [tmp_path / f"process_{i}.log" for i in range(2)]
+  processes = [subprocess.Popen([sys.executable, "-c", AGREE, str(i), port],
+                                env=env, cwd=ROOT, stdout=open(logs[i], "w"),
+                                stderr=subprocess.STDOUT) for i in range(2)]
+  try:
+    deadline = time.monotonic() + 300
+    while not all("watching" in log.read_text() for log in logs):
+      assert time.monotonic() < deadline
+      assert all(p.poll() is None for p in processes)
+      time.sleep(0.2)
+    time.sleep(2)
+    processes[1].send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    codes = [p.wait(timeout=300) for p in processes]
+    stop_s = time.monotonic() - signalled
+  finally:
+    for p in processes:
+      p.kill()
+  texts = [log.read_text() for log in logs]
+  print(f"preemption in two processes: both stopped {stop_s:.1f} s after "
+        "the signal")
+  assert codes == [preemption.EXIT_STATUS] * 2, [t[-2000:] for t in texts]
+  calls = {int(re.search(r"stopped at call (\d+)", t).group(1))
+           for t in texts}
+  assert len(calls) == 1, texts
