@@ -272,5 +272,7 @@ def test_sweep_report_and_launcher_checks_and_hf_export_on_gcs(runs, gcs):
   hf_config = json.loads((checkpointing.workdir_path(f"{gcs}/hf")
                           / "config.json").read_text())
   assert hf_config["model_type"] == summary["model_type"]
-  assert (checkpointing.workdir_path(f"{gcs}/hf")
-          / "model.safetensors").exists()
+  index = json.loads((checkpointing.workdir_path(f"{gcs}/hf")
+                      / "model.safetensors.index.json").read_text())
+  for name in set(index["weight_map"].values()):
+    assert (checkpointing.workdir_path(f"{gcs}/hf") / name).exists()
