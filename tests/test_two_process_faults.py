@@ -46,7 +46,7 @@ def _free_port():
     return s.getsockname()[1]
 
 
-def _start(workdir, tfds_dir, cache_dir):
+def _start(workdir, tfds_dir):
   """The job's two train.main processes, their output in workdir/logs."""
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
              XLA_FLAGS="--xla_force_host_platform_device_count=8")
@@ -61,7 +61,11 @@ def _start(workdir, tfds_dir, cache_dir):
     processes.append(subprocess.Popen(
         [sys.executable, "-m", "train.main",
          "--config=" + os.path.join(ROOT, "configs", "default.py") + ":smoke",
-         f"--workdir={workdir}", f"--compilation_cache_dir={cache_dir}",
+         # No compilation cache: JAX writes it from process 0 only, so a
+         # rerun's process 0 would read its programs while process 1
+         # compiles them, reaching the first collectives more than gloo's
+         # 30 s apart.
+         f"--workdir={workdir}", "--compilation_cache_dir=none",
          f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
          f"--process_id={index}",
          "--heartbeat_timeout_s=900",  # as launch/multiprocess.sh
@@ -113,22 +117,21 @@ def _state(workdir, step):
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
-  """(tfds_dir, compilation cache dir, workdir of the uninterrupted job)."""
+  """(tfds_dir, workdir of the uninterrupted job)."""
   tfds_dir = str(tmp_path_factory.mktemp("tfds"))
-  cache_dir = str(tmp_path_factory.mktemp("xla_cache"))
   workdir = str(tmp_path_factory.mktemp("uninterrupted"))
-  codes, logs = _wait(_start(workdir, tfds_dir, cache_dir), workdir)
+  codes, logs = _wait(_start(workdir, tfds_dir), workdir)
   assert codes == [0, 0], logs
-  return tfds_dir, cache_dir, workdir
+  return tfds_dir, workdir
 
 
 def test_preempted_then_lost_process_reruns_resume_bit_exact(shared,
                                                              tmp_path):
-  tfds_dir, cache_dir, want = shared
+  tfds_dir, want = shared
   workdir = str(tmp_path)
   # 1. SIGTERM to process 1 alone, once step 1 is logged: both processes
   # save the same step and exit with status 75, naming it.
-  processes = _start(workdir, tfds_dir, cache_dir)
+  processes = _start(workdir, tfds_dir)
   _wait_for_step(workdir, 1, processes)
   processes[1].send_signal(signal.SIGTERM)
   codes, logs = _wait(processes, workdir)
@@ -143,7 +146,7 @@ def test_preempted_then_lost_process_reruns_resume_bit_exact(shared,
   # 2. The rerun resumes there; process 1 is killed (a lost host) once two
   # more steps are logged: process 0 exits non-zero within the bound,
   # naming process 1.
-  processes = _start(workdir, tfds_dir, cache_dir)
+  processes = _start(workdir, tfds_dir)
   _wait_for_step(workdir, preempted_step + 2, processes)
   processes[1].send_signal(signal.SIGKILL)
   killed_at = time.monotonic()
@@ -158,7 +161,7 @@ def test_preempted_then_lost_process_reruns_resume_bit_exact(shared,
 
   # 3. The last rerun resumes from the last checkpoint and finishes: the
   # job's metrics and parameters are those of the job never interrupted.
-  codes, logs = _wait(_start(workdir, tfds_dir, cache_dir), workdir)
+  codes, logs = _wait(_start(workdir, tfds_dir), workdir)
   assert codes == [0, 0], logs
   assert _records(workdir) == _records(want)
   got, expected = _state(workdir, NUM_STEPS), _state(want, NUM_STEPS)
