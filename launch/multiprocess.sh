@@ -5,7 +5,12 @@
 # The CPU devices split evenly: with XLA_FLAGS=--xla_force_host_platform_device_count=T
 # (default: one per core, as train.main would use) each process gets T/N. Process 0
 # listens on a free local port as the coordinator. Waits for all processes; when one
-# fails, stops the others and exits with its status. Output: process 0 on this
+# fails, stops the others and exits with its status. SIGTERM or Ctrl-C here is passed
+# to every process as SIGTERM, a preemption notice: they save one step together and
+# each exits with status 75 (train.preemption), which this script waits for and
+# returns; rerun the same command to resume. The processes share this machine's cores,
+# so each may go without a heartbeat for long while they compile: they allow 900 s
+# (--heartbeat_timeout_s; a later flag overrides it). Output: process 0 on this
 # terminal, process I (> 0) in $GENENV_LOG_DIR/process_I.log when that is set, else
 # here too. The Python is $GENENV_PYTHON, else .venv/bin/python, else python3.
 set -euo pipefail
@@ -34,7 +39,7 @@ for ((i = 0; i < n; i++)); do
     log="$GENENV_LOG_DIR/process_$i.log"
   fi
   "$python" -m train.main --coordinator_address="127.0.0.1:$port" \
-    --num_processes="$n" --process_id="$i" "$@" >"$log" 2>&1 &
+    --num_processes="$n" --process_id="$i" --heartbeat_timeout_s=900 "$@" >"$log" 2>&1 &
   pids+=($!)
 done
 status=0
@@ -43,10 +48,13 @@ while [[ ${#running[@]} -gt 0 ]]; do
   rc=0
   finished=""
   wait -n -p finished "${running[@]}" || rc=$?
+  [[ -n ${finished:-} ]] || continue  # a signal interrupted the wait (trap above)
   kept=()
   for p in "${running[@]}"; do [[ $p == "$finished" ]] || kept+=("$p"); done
   running=("${kept[@]}")
-  if [[ $rc -ne 0 ]]; then
+  if [[ $rc -eq 75 ]]; then  # preempted after saving: the others stop at the same step
+    status=75
+  elif [[ $rc -ne 0 ]]; then
     echo "multiprocess.sh: process $finished exited with status $rc; stopping the others." >&2
     stop_all
     wait || true

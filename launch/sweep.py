@@ -5,7 +5,9 @@
     --dry_run   # prints the command lines, runs nothing
 
 Each run is one `python -m train.main` process with the workdir
-SWEEP_DIR/<arm>_a<alpha>_s<seed>[_<simulator start>], its output appended to <workdir>/log.txt;
+SWEEP_DIR/<arm>_a<alpha>_s<seed>[_<simulator start>] (SWEEP_DIR may be local
+or gs://...), its output appended to <workdir>/log.txt (for gs://, to the same
+path under runs/sweep_logs/gs/ on this machine);
 `--parallel` of them run at a time. A run whose report/summary.json reaches its
 last step is finished and skipped; any other run is started with the same
 command, which resumes it from its latest checkpoint. So re-running the sweep
@@ -35,6 +37,7 @@ from typing import Any, Callable
 
 from absl import app
 from absl import flags
+from etils import epath
 import ml_collections
 from ml_collections import config_flags
 
@@ -45,6 +48,8 @@ if ROOT not in sys.path:  # sweep files import configs.*
 from configs import flatten  # pylint: disable=g-import-not-at-top
 
 LOG_FILE = "log.txt"
+# Runs' output for a sweep directory on object storage: <this>/<scheme>/<path>.
+LOCAL_LOG_DIR = os.path.join(ROOT, "runs", "sweep_logs")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,25 +190,33 @@ def expand(sweep: ml_collections.ConfigDict, sweep_dir: str = ""
 
 def is_finished(workdir: str, num_steps: int) -> bool:
   """Whether workdir/report/summary.json shows a run that reached num_steps."""
-  path = os.path.join(workdir, "report", "summary.json")
-  if not os.path.exists(path):
+  path = epath.Path(workdir) / "report" / "summary.json"
+  if not path.exists():
     return False
-  with open(path) as f:
-    return json.load(f).get("last_step", -1) >= num_steps
+  return json.loads(path.read_text()).get("last_step", -1) >= num_steps
 
 
 def config_conflicts(workdir: str, config: ml_collections.ConfigDict
                      ) -> list[str]:
   """Fields whose value in workdir/config.json (written by the run) differs
   from `config`; empty when they agree or the run has not written it yet."""
-  path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
+  path = epath.Path(workdir) / "config.json"
+  if not path.exists():
     return []
-  with open(path) as f:
-    saved = flatten(json.load(f))
+  saved = flatten(json.loads(path.read_text()))
   expected = flatten(json.loads(config.to_json_best_effort()))
   return sorted(k for k in saved.keys() | expected.keys()
                 if saved.get(k) != expected.get(k))
+
+
+def log_path(sweep_dir: str, name: str) -> str:
+  """Where run `name`'s output goes: <sweep_dir>/<name>/log.txt, or for a
+  sweep directory on object storage (which cannot append), the same path
+  under LOCAL_LOG_DIR on this machine."""
+  if "://" in sweep_dir:
+    scheme, _, rest = sweep_dir.partition("://")
+    return os.path.join(LOCAL_LOG_DIR, scheme, rest, name, LOG_FILE)
+  return os.path.join(sweep_dir, name, LOG_FILE)
 
 
 def run_sweep(runs: list[Run], sweep_dir: str, parallel: int,
@@ -253,10 +266,11 @@ def run_sweep(runs: list[Run], sweep_dir: str, parallel: int,
   try:
     while pending or active:
       while len(active) < parallel and (run := next_ready()) is not None:
-        workdir = os.path.join(sweep_dir, run.name)
-        os.makedirs(workdir, exist_ok=True)
+        epath.Path(sweep_dir, run.name).mkdir(parents=True, exist_ok=True)
         cmd = run.command(sweep_dir)
-        log = open(os.path.join(workdir, LOG_FILE), "a")
+        os.makedirs(os.path.dirname(log_path(sweep_dir, run.name)),
+                    exist_ok=True)
+        log = open(log_path(sweep_dir, run.name), "a")
         log.write(f"\n=== {datetime.datetime.now().isoformat(timespec='seconds')}"
                   f" {shlex.join(cmd)}\n")
         log.flush()
@@ -278,7 +292,7 @@ def run_sweep(runs: list[Run], sweep_dir: str, parallel: int,
         if proc.returncode:
           failed.append(name)
           echo(f"FAILED {name} (exit {proc.returncode}); see "
-               f"{os.path.join(sweep_dir, name, LOG_FILE)}")
+               f"{log_path(sweep_dir, name)}")
         else:
           done.add(name)
           echo(f"finished {name}")
@@ -309,7 +323,8 @@ def main(argv):
   # Stopped by SIGTERM too, run_sweep stops the runs it started; rerunning
   # the sweep resumes them.
   signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-  sweep_dir = os.path.abspath(_SWEEP_DIR.value)
+  sweep_dir = (_SWEEP_DIR.value if "://" in _SWEEP_DIR.value
+               else os.path.abspath(_SWEEP_DIR.value))
   failed = run_sweep(expand(_SWEEP.value, sweep_dir), sweep_dir, _PARALLEL.value,
                      _DRY_RUN.value)
   if failed:

@@ -41,6 +41,21 @@ Options:
   --dry_run            print the commands instead of running them
   -h, --help           this message
 Flags after -- go to train.main, e.g. -- --config.coevolve.num_steps=400
+  (--heartbeat_timeout_s=S: how long the workers wait for one that went silent,
+  default 120; --initialization_timeout_s, --barrier_timeout_s: see train.main)
+
+Rerunning after a preemption or a lost worker:
+  A Spot reclaim or a maintenance event sends the workers SIGTERM. Each train.main
+  agrees with the others on one step (JAX's preemption sync point), saves it, prints
+  "Preempted: saved step S in WORKDIR/checkpoints ..." and exits with status 75.
+  A worker lost without notice (crashed, its VM gone) makes the others exit with an
+  error within --heartbeat_timeout_s, naming the lost process; the last periodic
+  checkpoint holds. Either way, rerun this same command (same --name, --workdir and
+  flags after --): it reuses or recreates the slice and every worker resumes from
+  the newest intact checkpoint. A reclaimed Spot slice must be deleted first:
+    gcloud compute tpus tpu-vm delete NAME --zone=ZONE
+  Check worker 0's log for the step:
+    gcloud compute tpus tpu-vm ssh NAME --zone=ZONE --worker=0 --command='tail -n 20 ~/genenv-train.log'
 EOF
 }
 
@@ -184,7 +199,8 @@ else
 fi
 
 # 2. Stop the job an earlier launch started (its pid file), before the code and
-#    the venv under it change.
+#    the venv under it change. kill sends SIGTERM: a running job saves a step
+#    every worker agrees on before it exits (train/preemption.py).
 on_all_workers "[ ! -f $REMOTE_PID ] || { kill \$(cat $REMOTE_PID) 2>/dev/null && while kill -0 \$(cat $REMOTE_PID) 2>/dev/null; do sleep 1; done; } || true"
 
 # 3. The code on every worker.

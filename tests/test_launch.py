@@ -281,7 +281,7 @@ DISTRIBUTED_PROBE = textwrap.dedent("""
     from train import main
 
     calls = []
-    jax.distributed.initialize = lambda: calls.append(1)
+    jax.distributed.initialize = lambda **timeouts: calls.append(1)
     cases = {
         "auto, one host": ("auto", {"TPU_WORKER_HOSTNAMES": "10.0.0.2"}),
         "auto, no variables": ("auto", {}),

@@ -1,4 +1,4 @@
-"""metrics.jsonl: complete rewrites (no appends, no partial files), reopening,
+"""metrics.jsonl: writing and reopening (appends on a local disk: tests/test_metrics_append.py),
 truncation on resume, the window that averages step metrics, and the workdir
 path helper."""
 import json

@@ -87,13 +87,11 @@ def test_named_job_reads_flags_then_variables_and_names_what_is_missing():
   env = {"JAX_COORDINATOR_ADDRESS": "h0:1", "JAX_NUM_PROCESSES": "2",
          "JAX_PROCESS_ID": "1"}
   assert main.named_job(environ={}) == {}
-  heartbeat = {"heartbeat_timeout_seconds": main.NAMED_JOB_HEARTBEAT_TIMEOUT_S}
   assert main.named_job(environ=env) == {
-      "coordinator_address": "h0:1", "num_processes": 2, "process_id": 1,
-      **heartbeat}
+      "coordinator_address": "h0:1", "num_processes": 2, "process_id": 1}
   assert main.named_job("127.0.0.1:5", 4, 0, environ=env) == {
       "coordinator_address": "127.0.0.1:5", "num_processes": 4,
-      "process_id": 0, **heartbeat}
+      "process_id": 0}
   with pytest.raises(ValueError, match="--process_id=2"):
     main.named_job("127.0.0.1:5", 2, 2, environ={})
   with pytest.raises(ValueError, match="--coordinator_address=''"):
@@ -105,6 +103,15 @@ def test_named_job_reads_flags_then_variables_and_names_what_is_missing():
            "process_id": 0})
   assert calls == [{"coordinator_address": "h0:1", "num_processes": 2,
                     "process_id": 0}]
+  # The timeout flags reach jax.distributed.initialize, checked first.
+  calls.clear()
+  main.maybe_initialize_distributed(
+      "true", {}, lambda **job: calls.append(job),
+      timeouts=main.job_timeouts(30, 200))
+  assert calls == [{"heartbeat_timeout_seconds": 30,
+                    "initialization_timeout": 200}]
+  with pytest.raises(ValueError, match="--heartbeat_timeout_s=0"):
+    main.job_timeouts(0, 200)
   assert main.compilation_cache_dir("none", "/w") is None
   assert main.compilation_cache_dir("auto", "/w/") == "/w/xla_cache"
   assert main.compilation_cache_dir("auto", "gs://b/r") == "gs://b/r/xla_cache"

@@ -1,7 +1,11 @@
 """Checkpoints that are verified on restore, and the step-0 answers file.
 
 Each step directory gets a `CHECKSUM_FILE` once its save has committed: the
-SHA-256 and size of every file orbax wrote. Restoring checks the newest step's
+digest and size of every file orbax wrote. On a local disk the digest is the
+SHA-256 of the file's bytes; on gs:// it is the CRC32C that Cloud Storage
+keeps for each object (read from a listing, so neither recording nor checking
+downloads the checkpoint; an object cannot change in place, so a changed
+file is a new object with a new CRC32C). Restoring checks the newest step's
 files against it; a step whose files differ (flipped bytes, a truncated or
 deleted file) or that has no checksum file is moved to `REJECTED_DIR` with a
 warning naming the step, the file and what is wrong, and the next newer step
@@ -26,6 +30,8 @@ from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
+
+from train import object_store
 
 CHECKSUM_FILE = "checksums.json"
 REJECTED_DIR = "checkpoints_rejected"
@@ -71,11 +77,27 @@ def _sha256(path: epath.Path) -> str:
   return digest.hexdigest()
 
 
-def record_checksums(step_dir: epath.Path) -> None:
-  """Writes step_dir/CHECKSUM_FILE: {relative path: [sha256, size]} of every
-  file in the (committed) step directory."""
-  sums = {str(p.relative_to(step_dir)): [_sha256(p), p.stat().length]
+# A recorded digest with this prefix is the object store's CRC32C (base64);
+# one without is a SHA-256 (hex).
+_CRC32C = "crc32c:"
+
+
+def _digests(step_dir: epath.Path) -> dict[str, tuple[str, int]]:
+  """{path relative to step_dir: (digest, size)} of every file in it but the
+  checksum file: object-store CRC32Cs on gs://, else SHA-256s."""
+  if object_store.is_gcs(step_dir):
+    return {name: (_CRC32C + crc, size) for name, (crc, size)
+            in object_store.object_hashes(step_dir).items()
+            if name != CHECKSUM_FILE}
+  return {str(p.relative_to(step_dir)): (_sha256(p), p.stat().length)
           for p in _files(step_dir)}
+
+
+def record_checksums(step_dir: epath.Path) -> None:
+  """Writes step_dir/CHECKSUM_FILE: {relative path: [digest, size]} of every
+  file in the (committed) step directory."""
+  sums = {name: [digest, size]
+          for name, (digest, size) in _digests(step_dir).items()}
   write_atomic(step_dir / CHECKSUM_FILE,
                json.dumps(sums, indent=0, sort_keys=True).encode())
 
@@ -91,17 +113,24 @@ def verify(step_dir: epath.Path) -> str | None:
     sums = json.loads(sums_file.read_text())
   except ValueError as e:
     return f"{sums_file} is not valid JSON ({e})"
+  if object_store.is_gcs(step_dir):
+    found = _digests(step_dir)
+  else:
+    found = {str(p.relative_to(step_dir)): (None, p.stat().length)
+             for p in _files(step_dir)}
   for name, (digest, size) in sorted(sums.items()):
     path = step_dir / name
-    if not path.exists():
+    if name not in found:
       return f"{path} is missing"
-    actual = path.stat().length
+    actual_digest, actual = found[name]
     if actual != size:
       return f"{path} has {actual} bytes, {size} were saved"
-    if _sha256(path) != digest:
-      return f"{path} does not match its SHA-256 checksum"
-  extra = sorted(set(str(p.relative_to(step_dir)) for p in _files(step_dir))
-                 - set(sums))
+    if actual_digest is None:  # a local file: its bytes are read only now
+      actual_digest = _sha256(path)
+    if actual_digest != digest:
+      kind = "CRC32C" if digest.startswith(_CRC32C) else "SHA-256"
+      return f"{path} does not match its {kind} checksum"
+  extra = sorted(set(found) - set(sums))
   if extra:
     return f"{step_dir / extra[0]} was not part of the saved checkpoint"
   return None
@@ -152,7 +181,10 @@ class Checkpoints:
       rejected = self.directory.parent / REJECTED_DIR
       rejected.mkdir(parents=True, exist_ok=True)
       target = rejected / f"{step}-{int(time.time())}"
-      step_dir.rename(target)
+      if object_store.is_gcs(step_dir):  # no directories to rename there
+        object_store.move_tree(step_dir, target)
+      else:
+        step_dir.rename(target)
       logging.warning("Checkpoint step %d skipped and moved to %s: %s.", step,
                       target, problem)
       self.skipped.append((step, problem))

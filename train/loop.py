@@ -9,8 +9,10 @@ held-out tasks the step-0 agent answers right is kept beside the checkpoints
 with it task by task.
 
 Checkpoints are verified on restore (`train.checkpointing`), the workdir is
-locked and its config fixed (`train.workdir`), and a run whose updates keep
-going non-finite stops before its next checkpoint (`train.nonfinite`).
+locked and its config fixed (`train.workdir`), a run whose updates keep
+going non-finite stops before its next checkpoint (`train.nonfinite`), and a
+preemption notice (SIGTERM, Ctrl-C) stops it at a saved step
+(`train.preemption`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from train import metrics_log
 from train import progress
 from train import multihost
 from train import nonfinite
+from train import preemption
 from train import run_report
 from train import state_checkpoint
 from train import state_layout
@@ -199,7 +202,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   if chief:
     checkpointing.workdir_path(workdir).mkdir(parents=True, exist_ok=True)
   with (workdir_lib.WorkdirLock(workdir) if chief
-        else contextlib.nullcontext()):
+        else contextlib.nullcontext()), preemption.Watch():
     workdir_lib.check_config(config, workdir)
     return _run(config, workdir, chief)
 
@@ -282,6 +285,7 @@ def _run(config, workdir: str, chief: bool) -> dict:
     writer.write_scalars(0, step0_metrics)
     if chief:
       checkpointing.save_step0_answers(workdir, step0_answers)
+    writer.flush()
     ckpt.save(0, state_checkpoint.without_references(state))
     ckpt.finish()
     if chief:  # checkpoint 0 holds stage 1's result now
@@ -346,9 +350,18 @@ def _run(config, workdir: str, chief: bool) -> dict:
       writer.write_scalars(step, eval_metrics)
       progress.say(f"stage 2: step {step}  held-out accuracy "
                    f"{eval_metrics['eval/accuracy']:.3f}")
-    if step % config.checkpoint_every == 0 or step == num_steps:
+    saved = step % config.checkpoint_every == 0 or step == num_steps
+    # On a preemption notice every process stops at the same logged step
+    # (its metrics window is empty there), saved.
+    preempted = log_now and step < num_steps and preemption.reached()
+    if saved or preempted:
       skipped.check()  # never save a diverged state
+      writer.flush()  # metrics.jsonl holds every record up to the checkpoint
       ckpt.save(step, state_checkpoint.without_references(state))
+    if preempted:
+      ckpt.close()
+      writer.flush()
+      raise preemption.Preempted(f"step {step} in {path / 'checkpoints'}")
   ckpt.close()
   writer.flush()
   if not chief:

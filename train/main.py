@@ -58,6 +58,19 @@ flags.DEFINE_integer("process_id", -1, "This process's index in it, 0 .. "
 flags.DEFINE_string("compilation_cache_dir", "auto",
                     "Persistent XLA compilation cache: a directory, auto "
                     "(<workdir>/xla_cache) or none.")
+flags.DEFINE_integer("heartbeat_timeout_s", 120,
+                     "Multi-process jobs: seconds without a heartbeat from a "
+                     "process (a lost or hung host) before every other one "
+                     "stops, naming it. Several processes sharing a busy "
+                     "machine's cores can miss heartbeats for minutes while "
+                     "they compile: launch/multiprocess.sh passes 900.")
+flags.DEFINE_integer("initialization_timeout_s", 300,
+                     "Multi-process jobs: seconds each process waits at "
+                     "start-up for all of them to connect.")
+flags.DEFINE_integer("barrier_timeout_s", 3600,
+                     "Multi-process jobs: seconds a process waits at a "
+                     "barrier for the others (e.g. while process 0 prepares "
+                     "the seed data).")
 flags.mark_flags_as_required(["workdir"])
 
 # Variables holding a comma-separated list of the job's hosts.
@@ -65,10 +78,6 @@ HOST_LIST_VARIABLES = ("TPU_WORKER_HOSTNAMES", "TPU_PROCESS_ADDRESSES")
 COORDINATOR_VARIABLE = "JAX_COORDINATOR_ADDRESS"
 NUM_PROCESSES_VARIABLE = "JAX_NUM_PROCESSES"
 PROCESS_ID_VARIABLE = "JAX_PROCESS_ID"
-# Seconds without a heartbeat before the coordinator declares a process dead,
-# for jobs named here: several processes sharing a busy machine's cores can
-# go quiet for longer than JAX's default 100 s while they compile.
-NAMED_JOB_HEARTBEAT_TIMEOUT_S = 900
 
 
 def named_job(coordinator_address: str = "", num_processes: int = 0,
@@ -76,8 +85,7 @@ def named_job(coordinator_address: str = "", num_processes: int = 0,
               environ: Mapping[str, str] = os.environ) -> dict:
   """`jax.distributed.initialize` arguments of a job the command line (or,
   for what it leaves out, the JAX_* variables) names: {} when neither names
-  one; else coordinator_address, num_processes, process_id and
-  heartbeat_timeout_seconds.
+  one; else coordinator_address, num_processes and process_id.
 
   Raises ValueError naming the flag that is missing or out of range.
   """
@@ -95,8 +103,19 @@ def named_job(coordinator_address: str = "", num_processes: int = 0,
         f"{COORDINATOR_VARIABLE}, {NUM_PROCESSES_VARIABLE}, "
         f"{PROCESS_ID_VARIABLE}).")
   return {"coordinator_address": address, "num_processes": count,
-          "process_id": index,
-          "heartbeat_timeout_seconds": NAMED_JOB_HEARTBEAT_TIMEOUT_S}
+          "process_id": index}
+
+
+def job_timeouts(heartbeat_s: int, initialization_s: int) -> dict:
+  """`jax.distributed.initialize`'s timeout arguments. Raises ValueError
+  naming a flag that is not positive."""
+  for flag, value in (("--heartbeat_timeout_s", heartbeat_s),
+                      ("--initialization_timeout_s", initialization_s)):
+    if value <= 0:
+      raise ValueError(f"{flag}={value}: expected a positive number of "
+                       "seconds.")
+  return {"heartbeat_timeout_seconds": heartbeat_s,
+          "initialization_timeout": initialization_s}
 
 
 def multi_host_reason(environ: Mapping[str, str]) -> str | None:
@@ -113,11 +132,13 @@ def multi_host_reason(environ: Mapping[str, str]) -> str | None:
 def maybe_initialize_distributed(
     mode: str, environ: Mapping[str, str] = os.environ,
     initialize: Callable[..., None] | None = None,
-    job: Mapping[str, object] | None = None) -> bool:
-  """Calls `initialize(**job)` (default `jax.distributed.initialize`) for
-  mode "true", or for "auto" on several hosts or when `job` (a `named_job`)
-  names the processes. XLA:CPU's collectives across processes go through
-  gloo (other backends ignore that setting).
+    job: Mapping[str, object] | None = None,
+    timeouts: Mapping[str, int] | None = None) -> bool:
+  """Calls `initialize(**job, **timeouts)` (default
+  `jax.distributed.initialize`; `timeouts` from `job_timeouts`) for mode
+  "true", or for "auto" on several hosts or when `job` (a `named_job`) names
+  the processes. XLA:CPU's collectives across processes go through gloo
+  (other backends ignore that setting).
 
   Returns whether it did. Raises ValueError naming an unknown mode.
   """
@@ -132,7 +153,7 @@ def maybe_initialize_distributed(
     logging.info("Initialising multi-host JAX (%s).",
                  reason or "--distributed=true")
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    (initialize or jax.distributed.initialize)(**job)
+    (initialize or jax.distributed.initialize)(**job, **(timeouts or {}))
     return True
   return False
 
@@ -169,8 +190,11 @@ def main(argv):
     # writers import) imported here without its start-up INFO lines.
     quiet_start.quiet_start()
   maybe_initialize_distributed(
-      FLAGS.distributed, job=named_job(FLAGS.coordinator_address,
-                                       FLAGS.num_processes, FLAGS.process_id))
+      FLAGS.distributed,
+      job=named_job(FLAGS.coordinator_address, FLAGS.num_processes,
+                    FLAGS.process_id),
+      timeouts=job_timeouts(FLAGS.heartbeat_timeout_s,
+                            FLAGS.initialization_timeout_s))
   cache_dir = compilation_cache_dir(FLAGS.compilation_cache_dir,
                                     FLAGS.workdir)
   if cache_dir:
@@ -178,20 +202,27 @@ def main(argv):
   # Imported here: the driver pulls in TensorFlow (through clu), which this
   # module's flags and multi-host set-up do not need.
   from train import loop  # pylint: disable=g-import-not-at-top
+  from train import multihost  # pylint: disable=g-import-not-at-top
+  from train import preemption  # pylint: disable=g-import-not-at-top
+  multihost.BARRIER_TIMEOUT_MS = FLAGS.barrier_timeout_s * 1000
   logging.info("JAX process %d of %d; devices: %s", jax.process_index(),
                jax.process_count(), jax.devices())
-  if jax.process_count() == 1:
+  try:
     summary = loop.train_and_evaluate(FLAGS.config, FLAGS.workdir)
-  else:
-    try:
-      summary = loop.train_and_evaluate(FLAGS.config, FLAGS.workdir)
-    except BaseException:  # pylint: disable=broad-except
-      # A normal exit would wait at jax.distributed's shutdown barrier for
-      # processes that are themselves waiting for this one in a collective:
-      # leave at once, so the job's launcher sees the failure.
-      traceback.print_exc()
-      sys.stderr.flush()
-      os._exit(1)  # pylint: disable=protected-access
+  except preemption.Preempted as e:
+    print(e, flush=True)
+    sys.stderr.flush()
+    # Every process saved the same step; none waits for another now.
+    os._exit(preemption.EXIT_STATUS)  # pylint: disable=protected-access
+  except BaseException:  # pylint: disable=broad-except
+    if jax.process_count() == 1:
+      raise
+    # A normal exit would wait at jax.distributed's shutdown barrier for
+    # processes that are themselves waiting for this one in a collective:
+    # leave at once, so the job's launcher sees the failure.
+    traceback.print_exc()
+    print(multihost.failure_report(), file=sys.stderr, flush=True)
+    os._exit(1)  # pylint: disable=protected-access
   print("Report:", summary.get("plots"))
 
 

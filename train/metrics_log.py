@@ -2,13 +2,15 @@
 and the window that turns per-step metrics into the logged values.
 
 On resume the file is cut back to the restored step, so a resumed run's file
-reads exactly like an uninterrupted run's.
+reads exactly like an uninterrupted run's; a torn last line (a kill during a
+write) is dropped first.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from typing import Any, Mapping
 
 from absl import logging
@@ -85,20 +87,41 @@ NONFINITE_KEY = "nonfinite"
 class JsonlWriter(interface.MetricWriter):
   """Keeps `{"step": s, name: value, ...}` lines in workdir/metrics.jsonl.
 
-  Each write replaces the file with a complete new version (written beside it,
-  then renamed over it), so the file is never half-written and the workdir may
-  be on object storage (gs://...) that cannot append.
+  On a local disk each record is appended as one line (a write's cost does
+  not grow with the file); a kill mid-write can leave a torn last line, which
+  the next run's writer drops with a warning. Object storage (gs://...) has
+  no append: there the file is rewritten whole (beside it, then renamed over
+  it) at `flush`, which the driver calls before every checkpoint save, and
+  at most every `OBJECT_STORE_FLUSH_S` seconds otherwise.
   """
+
+  OBJECT_STORE_FLUSH_S = 60.0
 
   def __init__(self, workdir: str):
     self.path = epath.Path(workdir) / METRICS_FILE
-    self._records = read_metrics(self.path)
+    self._appends = "://" not in str(self.path)
+    records, torn = _parse(self.path)
+    if torn is not None:
+      logging.warning("%s: dropped its torn last line (%d characters, left "
+                      "by a write that was cut off).", self.path, len(torn))
+      self._rewrite(records)
+    # Object storage: every line of the file, and whether some are unsaved.
+    self._lines = ([] if self._appends
+                   else [json.dumps(r) + "\n" for r in records])
+    self._unsaved = False
+    self._saved_at = time.monotonic()
 
   def truncate_after(self, step: int) -> None:
     """Drops records with step > `step` (written after the last checkpoint;
     -1: all, for a run that starts over)."""
-    self._records = [r for r in self._records if r["step"] <= step]
-    self._save()
+    if self._appends:
+      records, _ = _parse(self.path)
+    else:
+      records = [json.loads(line) for line in self._lines]
+    kept = [r for r in records if r["step"] <= step]
+    if not self._appends:
+      self._lines = [json.dumps(r) + "\n" for r in kept]
+    self._rewrite(kept)
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
     """Appends a record; a value that is not finite is written as null, its
@@ -115,13 +138,29 @@ class JsonlWriter(interface.MetricWriter):
       record[NONFINITE_KEY] = nonfinite
       logging.warning("Step %d: metrics not finite (written as null in %s): "
                       "%s", step, self.path, ", ".join(nonfinite))
-    self._records.append(record)
-    self._save()
+    line = json.dumps(record) + "\n"
+    if self._appends:
+      with self.path.open("a") as f:
+        f.write(line)
+      return
+    self._lines.append(line)
+    self._unsaved = True
+    if time.monotonic() - self._saved_at >= self.OBJECT_STORE_FLUSH_S:
+      self.flush()
 
-  def _save(self) -> None:
+  def _rewrite(self, records: list[dict]) -> None:
     checkpointing.write_atomic(
-        self.path,
-        "".join(json.dumps(r) + "\n" for r in self._records).encode())
+        self.path, "".join(json.dumps(r) + "\n" for r in records).encode())
+    self._unsaved = False
+    self._saved_at = time.monotonic()
+
+  def flush(self):
+    """Object storage: writes the records not yet saved (a local file holds
+    each record once written)."""
+    if self._unsaved:
+      checkpointing.write_atomic(self.path, "".join(self._lines).encode())
+      self._unsaved = False
+      self._saved_at = time.monotonic()
 
   def write_summaries(self, step, values, metadata=None):
     pass
@@ -144,17 +183,33 @@ class JsonlWriter(interface.MetricWriter):
   def write_hparams(self, hparams):
     pass
 
-  def flush(self):
-    pass
-
   def close(self):
-    pass
+    self.flush()
+
+
+def _parse(path: epath.Path) -> tuple[list[dict], str | None]:
+  """(records, torn last line or None) of a metrics.jsonl file; ([], None)
+  when it does not exist. A record is complete once its newline is written:
+  text after the last newline is a torn line (a write cut off). Any other
+  line that is not JSON is an error naming the file and line."""
+  if not path.exists():
+    return [], None
+  *lines, tail = path.read_text().split("\n")
+  records = []
+  for number, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      records.append(json.loads(line))
+    except ValueError as e:
+      raise ValueError(f"{path}:{number} is not a JSON record ({e}); only a "
+                       "torn last line (one without its newline) is "
+                       "dropped.") from e
+  return records, (tail or None)
 
 
 def read_metrics(path: str) -> list[dict]:
-  """All records of a metrics.jsonl file (empty list if it does not exist)."""
-  path = epath.Path(path)
-  if not path.exists():
-    return []
-  return [json.loads(line) for line in path.read_text().splitlines()
-          if line.strip()]
+  """All records of a metrics.jsonl file (empty list if it does not exist),
+  without a torn last line (one a running or killed writer left partial)."""
+  records, _ = _parse(epath.Path(path))
+  return records

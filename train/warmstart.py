@@ -24,6 +24,7 @@ from models.config import ModelConfig
 from train import checkpointing
 from train import dispatch
 from train import nonfinite
+from train import preemption
 from train import progress
 
 
@@ -143,7 +144,9 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
   `checkpoints`, the training state is saved every `checkpoint_every` steps
   and at the end, and training resumes from the latest one (the batches
   already drawn are drawn again and dropped, so a resumed run is the same).
-  Each save is waited for before the next step. With a `label`, prints
+  Each save is waited for before the next step. On a preemption notice
+  (`train.preemption`) the step every process reached is saved and
+  `Preempted` raised. With a `label`, prints
   progress lines (`train.progress`) under it.
   """
   if steps <= 0:
@@ -184,8 +187,11 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
     skipped.add(step, {f"{name}/skipped_updates": skip})
     loss_history.append(loss)
     window.push(loss)
-    if checkpoints and (step == steps or (checkpoint_every
-                                          and step % checkpoint_every == 0)):
+    # On a preemption notice, every process saves the same step and stops.
+    preempted = checkpoints is not None and step < steps and (
+        preemption.reached())
+    if checkpoints and (preempted or step == steps or (
+        checkpoint_every and step % checkpoint_every == 0)):
       skipped.check()  # never save a diverged state
       losses = np.zeros(steps, np.float32)
       losses[:step] = jax.device_get(loss_history)
@@ -194,6 +200,9 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
       # Waited for: its error raised here, its checksums recorded now (a kill
       # later leaves it intact).
       checkpoints.finish()
+    if preempted:
+      raise preemption.Preempted(f"stage 1's {name} step {step} in "
+                                 f"{checkpoints.directory}")
     if reporter:
       reporter.update(step)
   skipped.check()

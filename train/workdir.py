@@ -2,7 +2,11 @@
 
 `WorkdirLock` keeps `LOCK_FILE` (the holder's PID and host) in the workdir
 while a run is in it; a second run is refused with the holder named, and a
-lock left by a dead process on this host is taken over.
+lock left by a dead process on this host is taken over. The lock is created
+only if absent: exclusively on a local disk, and on gs:// with a
+generation-match precondition that Cloud Storage checks, so of two runs
+started at once exactly one gets it; a takeover or release deletes only the
+version of the lock it read.
 
 `check_config` compares a rerun's config with the workdir's config.json and
 refuses it if any field that changes the run differs; the fields that may
@@ -23,6 +27,7 @@ import ml_collections
 
 from configs import flatten
 from train import checkpointing
+from train import object_store
 
 LOCK_FILE = "LOCK"
 CONFIG_FILE = "config.json"
@@ -113,23 +118,42 @@ class WorkdirLock:
   def __init__(self, workdir: str):
     self.path = checkpointing.workdir_path(workdir) / LOCK_FILE
     self.me = {"pid": os.getpid(), "host": socket.gethostname()}
+    self._gcs = object_store.is_gcs(self.path)
 
-  def _holder(self) -> dict | None:
+  def _holder(self) -> tuple[dict | None, int | None]:
+    """(the lock's record, its gs:// generation); (None, None) if there is
+    no lock."""
+    if self._gcs:
+      found = object_store.read(self.path)
+      if found is None:
+        return None, None
+      data, generation = found
+    else:
+      try:
+        data, generation = self.path.read_bytes(), None
+      except FileNotFoundError:
+        return None, None
     try:
-      return json.loads(self.path.read_text())
-    except FileNotFoundError:
-      return None
+      return json.loads(data), generation
     except ValueError:
-      return {}  # being written, or garbage: not ours
+      return {}, generation  # being written, or garbage: not ours
 
-  def _create(self) -> bool:
-    """Creates the lock file unless one exists (atomically on a local disk;
-    on object storage, which has no exclusive create, the last write wins and
-    the re-read below tells)."""
+  def _create(self, replacing: int | None = None) -> bool:
+    """Creates the lock file unless one exists, atomically: exclusive
+    create on a local disk, a generation-match precondition on gs://. Other
+    object stores have neither: there the last writer wins, and the re-read
+    in __enter__ tells. `replacing`: None, or when taking over a stale lock
+    its gs:// generation (the lock is replaced only if still that version;
+    on a local disk any value: the stale file is removed first)."""
     record = json.dumps(dict(self.me, time=time.time())).encode()
+    if self._gcs:
+      return object_store.write_if_generation(self.path, record,
+                                              replacing or 0) is not None
     if "://" in str(self.path):
       checkpointing.write_atomic(self.path, record)
       return True
+    if replacing is not None:
+      self.path.unlink(missing_ok=True)
     try:
       fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
@@ -146,7 +170,8 @@ class WorkdirLock:
         "process is gone (e.g. on another host), delete the file.")
 
   def __enter__(self) -> "WorkdirLock":
-    holder = self._holder()
+    holder, generation = self._holder()
+    replacing = None
     if holder is not None:
       pid, host = holder.get("pid"), holder.get("host")
       if not (host == self.me["host"] and isinstance(pid, int)
@@ -154,15 +179,18 @@ class WorkdirLock:
         raise self._refuse(holder)
       logging.warning("%s: taking over the lock of process %d on %s, which "
                       "is no longer running.", self.path, pid, host)
-      self.path.unlink(missing_ok=True)
-    if not self._create():
-      raise self._refuse(self._holder())
-    holder = self._holder() or {}
-    if {k: holder.get(k) for k in self.me} != self.me:
+      replacing = generation if self._gcs else 0
+    if not self._create(replacing):
+      raise self._refuse(self._holder()[0])
+    holder, _ = self._holder()
+    if {k: (holder or {}).get(k) for k in self.me} != self.me:
       raise self._refuse(holder)
     return self
 
   def __exit__(self, *exc) -> None:
-    holder = self._holder()
+    holder, generation = self._holder()
     if holder and {k: holder.get(k) for k in self.me} == self.me:
-      self.path.unlink()
+      if self._gcs:  # only the version this run wrote
+        object_store.delete_generation(self.path, generation)
+      else:
+        self.path.unlink()

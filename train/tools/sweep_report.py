@@ -6,17 +6,19 @@ Reads each <sweep_dir>/<run>/config.json and metrics.jsonl (the runs written by
 launch/sweep.py, or any train.main workdirs), groups the runs by arm and α,
 and writes <out>/README.md with PNG plots beside it. Finished runs only (their
 last held-out evaluation is at their last step); the others are listed.
+Both directories may be local or on object storage (gs://...).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import json
 import math
-import os
 import re
 
+from etils import epath
 import numpy as np
 
 from train import heldout
@@ -102,15 +104,13 @@ def series(records: list[dict], name: str) -> dict[int, float]:
 def load_runs(sweep_dir: str) -> tuple[list[RunResult], list[str]]:
   """(finished runs, names of the other run directories) in sweep_dir."""
   finished, unfinished = [], []
-  for name in sorted(os.listdir(sweep_dir)):
-    workdir = os.path.join(sweep_dir, name)
-    config_path = os.path.join(workdir, "config.json")
-    if not os.path.isfile(config_path):
+  for workdir in sorted(epath.Path(sweep_dir).iterdir()):
+    name = workdir.name
+    config_path = workdir / "config.json"
+    if not config_path.is_file():
       continue
-    with open(config_path) as f:
-      config = json.load(f)
-    records = metrics_log.read_metrics(
-        os.path.join(workdir, metrics_log.METRICS_FILE))
+    config = json.loads(config_path.read_text())
+    records = metrics_log.read_metrics(workdir / metrics_log.METRICS_FILE)
     num_steps = config["coevolve"]["num_steps"]
     evals = series(records, "eval/accuracy")
     if not evals or max(evals) < num_steps:
@@ -335,7 +335,9 @@ def plot(groups, out_dir: str) -> list[str]:
 
   def save(fig, name):
     fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, name), dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
+    (epath.Path(out_dir) / name).write_bytes(png.getvalue())
     plt.close(fig)
     names.append(name)
 
@@ -415,7 +417,7 @@ def write_report(sweep_dir: str, out_dir: str, command: str) -> str:
                      "with config.json and a final held-out evaluation in "
                      f"metrics.jsonl); unfinished: {unfinished}.")
   groups = group_runs(runs)
-  os.makedirs(out_dir, exist_ok=True)
+  epath.Path(out_dir).mkdir(parents=True, exist_ok=True)
   plot(groups, out_dir)
   rollouts = sorted({r.rollouts for r in runs})
   per_step = sorted({r.rollouts_per_step for r in runs})
@@ -469,10 +471,9 @@ def write_report(sweep_dir: str, out_dir: str, command: str) -> str:
   if unfinished:
     lines += ["Unfinished, left out: "
               + ", ".join(f"`{n}`" for n in unfinished) + ".", ""]
-  path = os.path.join(out_dir, "README.md")
-  with open(path, "w") as f:
-    f.write("\n".join(lines))
-  return path
+  path = epath.Path(out_dir) / "README.md"
+  path.write_text("\n".join(lines))
+  return str(path)
 
 
 def main():
