@@ -32,7 +32,8 @@ SCRIPT = ROOT / "launch" / "tpu_pod.sh"
 REQUIRED = ["--name=genenv-7b", "--zone=us-central2-b", "--accelerator=v4-64",
             "--workdir=gs://bucket/run1"]
 # ModelConfig fields that choose how a model computes, not its shapes.
-COMPUTE_FIELDS = {"dtype", "param_dtype", "remat_policy", "scan_layers"}
+COMPUTE_FIELDS = {"dtype", "param_dtype", "remat_policy", "scan_layers",
+                  "attention"}
 
 
 def _launch(args, path_prefix: str | None = None, **env):
@@ -216,6 +217,7 @@ def test_tpu_variants_have_the_preset_shapes_and_fitting_meshes(size):
     assert _fields(model) == _fields(preset)
     assert (model.dtype, model.param_dtype) == ("bfloat16", "float32")
     assert model.remat_policy != "none"
+    assert model.attention == "splash"
   assert config.agent.learning_rate == 1e-6 and config.simulator.learning_rate == 5e-7
   # Each sharded dimension divides its mesh axes.
   mesh = config.mesh

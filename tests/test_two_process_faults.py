@@ -127,6 +127,7 @@ def shared(tmp_path_factory):
   return tfds_dir, workdir
 
 
+@pytest.mark.benchmark  # about 5 minutes; not yet passing (docs/robustness.md)
 def test_preempted_then_lost_process_reruns_resume_bit_exact(shared,
                                                              tmp_path):
   tfds_dir, want = shared
