@@ -21,11 +21,6 @@ import random
 
 import pytest
 
-if importlib.util.find_spec("bfcl_eval") is None:
-  pytest.skip("bfcl_eval is not installed (pip install --no-deps bfcl-eval)",
-              allow_module_level=True)
-
-# pylint: disable=wrong-import-position
 from genenv_jax.envs import bfcl_multi_turn as env
 from genenv_jax.scoring import bfcl_apis
 from genenv_jax.scoring import bfcl_multi_turn as mt

@@ -9,9 +9,6 @@ import os
 import jax
 import pytest
 
-pytest.importorskip("bfcl_eval")
-
-# pylint: disable=wrong-import-position
 from genenv_jax.envs import bfcl_multi_turn as env
 from genenv_jax.scoring import bfcl_multi_turn as mt
 from models import decoder, hf

@@ -73,11 +73,7 @@ def _task_and_data(config) -> None:
     _choice(config, "task.reward", arithmetic.REWARDS)
     _integer(config, "data.num_train", low=1)
     _integer(config, "data.num_test_per_level", low=1)
-    weights = tuple(config.warmstart.agent_level_weights)
-    if (len(weights) > config.task.max_digits or not weights
-        or any(not _is_number(w) or w < 0 for w in weights) or sum(weights) <= 0):
-      _fail("warmstart.agent_level_weights", weights,
-            f"1 to task.max_digits={config.task.max_digits} weights >= 0, not all 0")
+    _level_weights(config, "task.max_digits")
   elif config.task.name == "maze":
     _integer(config, "task.size", low=2, high=16)
     _integer(config, "task.level_width", low=1)
@@ -89,11 +85,7 @@ def _task_and_data(config) -> None:
     _choice(config, "episodes.reward", episodes.EPISODE_REWARDS)
     _choice(config, "episodes.truncated", episodes.TRUNCATED)
     _integer(config, "eval.samples", low=0)
-    weights = tuple(config.warmstart.agent_level_weights)
-    if (len(weights) > config.task.levels or not weights
-        or any(not _is_number(w) or w < 0 for w in weights) or sum(weights) <= 0):
-      _fail("warmstart.agent_level_weights", weights,
-            f"1 to task.levels={config.task.levels} weights >= 0, not all 0")
+    _level_weights(config, "task.levels")
   else:
     _choice(config, "task.verifier", text_verifiers.VERIFIERS)
     for field in ("max_task_tokens", "max_answer_tokens", "max_written_tokens",
@@ -102,6 +94,17 @@ def _task_and_data(config) -> None:
     _choice(config, "data.format", text_datasets.FORMATS)
     _number(config, "data.test_fraction", low=0.0, high=1.0, open_high=True)
   _integer(config, "data.seed")
+
+
+def _level_weights(config, levels_field: str) -> None:
+  """warmstart.agent_level_weights: 1 to <levels_field> weights >= 0, not
+  all 0."""
+  levels = _get(config, levels_field)
+  weights = tuple(config.warmstart.agent_level_weights)
+  if (len(weights) > levels or not weights
+      or any(not _is_number(w) or w < 0 for w in weights) or sum(weights) <= 0):
+    _fail("warmstart.agent_level_weights", weights,
+          f"1 to {levels_field}={levels} weights >= 0, not all 0")
 
 
 def _player(config, player: str) -> None:

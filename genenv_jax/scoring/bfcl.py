@@ -605,7 +605,17 @@ def category_files(data_dir: str, category: str) -> tuple[str, str]:
   Raises:
     InputError: unsupported category, or the files are missing or ambiguous.
   """
-  _supported(category)
+  return data_files(data_dir, _supported(category))
+
+
+def data_files(data_dir: str, category: str) -> tuple[str, str]:
+  """`category_files` for any category name (its support checked by the
+  caller): the one `BFCL_v<N>_<category>.json` in `data_dir` and its
+  possible-answer file.
+
+  Raises:
+    InputError: the files are missing or ambiguous.
+  """
   pattern = re.compile(rf"BFCL_v\d+_{re.escape(category)}\.json")
   try:
     names = sorted(n for n in os.listdir(data_dir) if pattern.fullmatch(n))

@@ -37,7 +37,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 from typing import Any, NamedTuple, Sequence
 
 from genenv_jax.scoring import CORRECT, INCORRECT, INVALID, InputError, Verdict
@@ -164,18 +163,7 @@ def category_files(data_dir: str, category: str) -> tuple[str, str]:
   if category not in CATEGORIES:
     raise InputError(f"unsupported BFCL multi-turn category {category!r}; "
                      f"supported: {', '.join(CATEGORIES)}")
-  pattern = re.compile(rf"BFCL_v\d+_{re.escape(category)}\.json")
-  try:
-    names = sorted(n for n in os.listdir(data_dir) if pattern.fullmatch(n))
-  except OSError as e:
-    raise InputError(f"cannot list BFCL data directory {data_dir}: {e}") from e
-  if len(names) != 1:
-    raise InputError(f"expected one BFCL_v<N>_{category}.json in {data_dir}, found "
-                     f"{', '.join(names) if names else 'none'}")
-  answers = os.path.join(data_dir, "possible_answer", names[0])
-  if not os.path.isfile(answers):
-    raise InputError(f"category {category!r} has no possible-answer file {answers}")
-  return os.path.join(data_dir, names[0]), answers
+  return bfcl.data_files(data_dir, category)
 
 
 def load_func_docs(data_dir: str, class_names: Sequence[str]) -> dict[str, list]:
