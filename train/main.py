@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging as python_logging
 import os
 import sys
-import traceback
 from typing import Callable, Mapping
 
 from absl import app
@@ -33,6 +32,7 @@ import jax
 from ml_collections import config_flags
 
 from train import cpu_flags
+from train import peer_watch
 from train import quiet_start
 
 FLAGS = flags.FLAGS
@@ -60,10 +60,20 @@ flags.DEFINE_string("compilation_cache_dir", "auto",
                     "(<workdir>/xla_cache) or none.")
 flags.DEFINE_integer("heartbeat_timeout_s", 120,
                      "Multi-process jobs: seconds without a heartbeat from a "
-                     "process (a lost or hung host) before every other one "
-                     "stops, naming it. Several processes sharing a busy "
-                     "machine's cores can miss heartbeats for minutes while "
-                     "they compile: launch/multiprocess.sh passes 900.")
+                     "process (a hung one, or a lost host) before every "
+                     "other one stops, naming it. Several processes sharing "
+                     "a busy machine's cores can miss heartbeats for minutes "
+                     "while they compile: launch/multiprocess.sh passes 900 "
+                     "(a process that ends is noticed at once all the same: "
+                     "--lost_host_timeout_s).")
+flags.DEFINE_integer("lost_host_timeout_s", 60,
+                     "Multi-process jobs: each process holds a connection to "
+                     "process 0 (train/peer_watch.py). A process that ends "
+                     "closes it, noticed at once; a host that stops "
+                     "answering its TCP keepalive probes (its kernel answers "
+                     "them, so a busy process never misses one) is declared "
+                     "lost after this many seconds. Every other process "
+                     "then exits with status 1, naming it. 0: no watch.")
 flags.DEFINE_integer("initialization_timeout_s", 300,
                      "Multi-process jobs: seconds each process waits at "
                      "start-up for all of them to connect.")
@@ -106,14 +116,18 @@ def named_job(coordinator_address: str = "", num_processes: int = 0,
           "process_id": index}
 
 
-def job_timeouts(heartbeat_s: int, initialization_s: int) -> dict:
+def job_timeouts(heartbeat_s: int, initialization_s: int,
+                 lost_host_s: int = 0) -> dict:
   """`jax.distributed.initialize`'s timeout arguments. Raises ValueError
-  naming a flag that is not positive."""
+  naming a flag that is not positive (--lost_host_timeout_s: too short for
+  its keepalive probes, 0 allowed)."""
   for flag, value in (("--heartbeat_timeout_s", heartbeat_s),
                       ("--initialization_timeout_s", initialization_s)):
     if value <= 0:
       raise ValueError(f"{flag}={value}: expected a positive number of "
                        "seconds.")
+  if lost_host_s:
+    peer_watch.keepalive_options(lost_host_s)
   return {"heartbeat_timeout_seconds": heartbeat_s,
           "initialization_timeout": initialization_s}
 
@@ -189,12 +203,16 @@ def main(argv):
     # No TPU start-up errors on a CPU host; TensorFlow (which the metric
     # writers import) imported here without its start-up INFO lines.
     quiet_start.quiet_start()
-  maybe_initialize_distributed(
+  timeouts = job_timeouts(FLAGS.heartbeat_timeout_s,
+                          FLAGS.initialization_timeout_s,
+                          FLAGS.lost_host_timeout_s)
+  if maybe_initialize_distributed(
       FLAGS.distributed,
       job=named_job(FLAGS.coordinator_address, FLAGS.num_processes,
                     FLAGS.process_id),
-      timeouts=job_timeouts(FLAGS.heartbeat_timeout_s,
-                            FLAGS.initialization_timeout_s))
+      timeouts=timeouts):
+    peer_watch.start(FLAGS.lost_host_timeout_s,
+                     FLAGS.initialization_timeout_s)
   cache_dir = compilation_cache_dir(FLAGS.compilation_cache_dir,
                                     FLAGS.workdir)
   if cache_dir:
@@ -210,6 +228,7 @@ def main(argv):
   try:
     summary = loop.train_and_evaluate(FLAGS.config, FLAGS.workdir)
   except preemption.Preempted as e:
+    peer_watch.end("preempted")
     print(e, flush=True)
     sys.stderr.flush()
     # Every process saved the same step; none waits for another now.
@@ -219,10 +238,9 @@ def main(argv):
       raise
     # A normal exit would wait at jax.distributed's shutdown barrier for
     # processes that are themselves waiting for this one in a collective:
-    # leave at once, so the job's launcher sees the failure.
-    traceback.print_exc()
-    print(multihost.failure_report(), file=sys.stderr, flush=True)
-    os._exit(1)  # pylint: disable=protected-access
+    # tell them and leave at once, so the job's launcher sees the failure.
+    peer_watch.exit_on_error()
+  peer_watch.end("done")
   print("Report:", summary.get("plots"))
 
 
