@@ -8,9 +8,11 @@
 # fails, stops the others and exits with its status. SIGTERM or Ctrl-C here is passed
 # to every process as SIGTERM, a preemption notice: they save one step together and
 # each exits with status 75 (train.preemption), which this script waits for and
-# returns; rerun the same command to resume. The processes share this machine's cores,
-# so each may go without a heartbeat for long while they compile: they allow 900 s
-# (--heartbeat_timeout_s; a later flag overrides it). Output: process 0 on this
+# returns; rerun the same command to resume. A process that ends on its own (killed,
+# an error) is noticed by the others at once (train/peer_watch.py): they stop, naming
+# it. The processes share this machine's cores, so each may go without a heartbeat
+# for long while they compile: they allow 900 s before calling a silent (hung)
+# process lost (--heartbeat_timeout_s; a later flag overrides it). Output: process 0 on this
 # terminal, process I (> 0) in $GENENV_LOG_DIR/process_I.log when that is set, else
 # here too. The Python is $GENENV_PYTHON, else .venv/bin/python, else python3.
 set -euo pipefail
@@ -55,7 +57,8 @@ while [[ ${#running[@]} -gt 0 ]]; do
   if [[ $rc -eq 75 ]]; then  # preempted after saving: the others stop at the same step
     status=75
   elif [[ $rc -ne 0 ]]; then
-    echo "multiprocess.sh: process $finished exited with status $rc; stopping the others." >&2
+    for i in "${!pids[@]}"; do [[ ${pids[$i]} == "$finished" ]] && index=$i; done
+    echo "multiprocess.sh: process $index (pid $finished) exited with status $rc; stopping the others." >&2
     stop_all
     wait || true
     status=$rc

@@ -127,6 +127,7 @@ esac
        f"--workdir={tmp_path}"],
       env=env, capture_output=True, text=True, timeout=120, check=False)
   assert result.returncode == 7, result.stderr
+  assert "process 1 (pid " in result.stderr
   assert "exited with status 7" in result.stderr
   pid0 = int((tmp_path / "pid0").read_text())
   assert not os.path.exists(f"/proc/{pid0}"), "process 0 was left running"

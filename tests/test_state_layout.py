@@ -115,3 +115,14 @@ def test_named_job_reads_flags_then_variables_and_names_what_is_missing():
   assert main.compilation_cache_dir("none", "/w") is None
   assert main.compilation_cache_dir("auto", "/w/") == "/w/xla_cache"
   assert main.compilation_cache_dir("auto", "gs://b/r") == "gs://b/r/xla_cache"
+  # A multi-process CPU job compiles in every process (gloo's 30 s).
+  assert main.compilation_cache_dir("auto", "/w", gloo_job=True) is None
+  assert main.compilation_cache_dir("none", "/w", gloo_job=True) is None
+  with pytest.raises(ValueError, match="--compilation_cache_dir=/c: a "
+                     "multi-process job on CPU"):
+    main.compilation_cache_dir("/c", "/w", gloo_job=True)
+  assert main.compilation_cache_dir("/c", "/w") == "/c"
+  with pytest.raises(ValueError, match="--lost_host_timeout_s=3"):
+    main.job_timeouts(120, 300, lost_host_s=3)
+  assert main.job_timeouts(120, 300, lost_host_s=0) == main.job_timeouts(
+      120, 300)

@@ -184,12 +184,28 @@ def quiet_library_logs() -> None:
   logging.get_absl_handler().addFilter(
       lambda record: record.levelno >= python_logging.ERROR
       or "tensorflow_datasets" not in record.pathname)
-def compilation_cache_dir(flag: str, workdir: str) -> str | None:
+def compilation_cache_dir(flag: str, workdir: str,
+                          gloo_job: bool = False) -> str | None:
   """The persistent compilation cache's directory for --compilation_cache_dir
   `flag`: auto is <workdir>/xla_cache, so a resumed run reads the programs
-  its first run compiled; none turns the cache off."""
-  if flag == "none":
+  its first run compiled; none turns the cache off.
+
+  A multi-process job whose collectives go through gloo (`gloo_job`: CPU
+  devices) runs without it (auto is none there, a directory is refused with
+  a ValueError naming the flag): JAX keys the cache per process and writes
+  it from process 0 only, so a rerun's process 0 would read its programs
+  while the others compile theirs, and gloo gives up on a collective whose
+  processes arrive more than 30 s apart (a limit jaxlib does not let one
+  set). Compiling in every process keeps them together.
+  """
+  if flag == "none" or (gloo_job and flag == "auto"):
     return None
+  if gloo_job:
+    raise ValueError(
+        f"--compilation_cache_dir={flag}: a multi-process job on CPU "
+        "devices cannot use a persistent compilation cache (only process 0 "
+        "would read it, reaching the job's first collectives minutes before "
+        "the others, past gloo's 30 s); use auto or none.")
   path = workdir.rstrip("/") + "/xla_cache" if flag == "auto" else flag
   return path if "://" in path else os.path.abspath(path)
 
@@ -206,15 +222,17 @@ def main(argv):
   timeouts = job_timeouts(FLAGS.heartbeat_timeout_s,
                           FLAGS.initialization_timeout_s,
                           FLAGS.lost_host_timeout_s)
-  if maybe_initialize_distributed(
+  multi_process = maybe_initialize_distributed(
       FLAGS.distributed,
       job=named_job(FLAGS.coordinator_address, FLAGS.num_processes,
                     FLAGS.process_id),
-      timeouts=timeouts):
+      timeouts=timeouts)
+  if multi_process:
     peer_watch.start(FLAGS.lost_host_timeout_s,
                      FLAGS.initialization_timeout_s)
-  cache_dir = compilation_cache_dir(FLAGS.compilation_cache_dir,
-                                    FLAGS.workdir)
+  cache_dir = compilation_cache_dir(
+      FLAGS.compilation_cache_dir, FLAGS.workdir,
+      gloo_job=multi_process and jax.default_backend() == "cpu")
   if cache_dir:
     jax.config.update("jax_compilation_cache_dir", cache_dir)
   # Imported here: the driver pulls in TensorFlow (through clu), which this
