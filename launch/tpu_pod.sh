@@ -41,18 +41,21 @@ Options:
   --dry_run            print the commands instead of running them
   -h, --help           this message
 Flags after -- go to train.main, e.g. -- --config.coevolve.num_steps=400
-  (--heartbeat_timeout_s=S: how long the workers wait for one that went silent,
-  default 120; --initialization_timeout_s, --barrier_timeout_s: see train.main)
+  (--heartbeat_timeout_s=S: how long the workers wait for one that hangs, default
+  120; --lost_host_timeout_s=S: for one whose VM stops answering, default 60;
+  --initialization_timeout_s, --barrier_timeout_s: see train.main)
 
 Rerunning after a preemption or a lost worker:
   A Spot reclaim or a maintenance event sends the workers SIGTERM. Each train.main
   agrees with the others on one step (JAX's preemption sync point), saves it, prints
   "Preempted: saved step S in WORKDIR/checkpoints ..." and exits with status 75.
-  A worker lost without notice (crashed, its VM gone) makes the others exit with an
-  error within --heartbeat_timeout_s, naming the lost process; the last periodic
-  checkpoint holds. Either way, rerun this same command (same --name, --workdir and
-  flags after --): it reuses or recreates the slice and every worker resumes from
-  the newest intact checkpoint. A reclaimed Spot slice must be deleted first:
+  A worker lost without notice makes the others exit with status 1, naming the lost
+  process: at once when its train.main ended (crashed, killed), within
+  --lost_host_timeout_s when its VM is gone, within --heartbeat_timeout_s when it
+  hangs; the last periodic checkpoint holds. Either way, rerun this same command
+  (same --name, --workdir and flags after --): it reuses or recreates the slice and
+  every worker resumes from the newest intact checkpoint. A reclaimed Spot slice
+  must be deleted first:
     gcloud compute tpus tpu-vm delete NAME --zone=ZONE
   Check worker 0's log for the step:
     gcloud compute tpus tpu-vm ssh NAME --zone=ZONE --worker=0 --command='tail -n 20 ~/genenv-train.log'

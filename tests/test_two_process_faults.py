@@ -6,8 +6,10 @@ jax.distributed, their CPU collectives through gloo):
   stop at the same step, saved, each exiting with status 75 (and the same
   agreement without the training, which a loaded machine can trip with
   gloo's 30 s rendezvous deadline at stage 2's first collectives);
-- one process killed (SIGKILL, a lost host): the other exits non-zero within
-  the heartbeat timeout and a margin, naming the lost process;
+- one process killed (SIGKILL, a lost host) mid stage 2, with
+  launch/multiprocess.sh's settings (a 900 s heartbeat timeout, the default
+  compilation cache setting): the other exits non-zero within seconds,
+  naming the lost process (train/peer_watch.py);
 - one process stopped (SIGSTOP, a hung host: no closed socket, as on a pod):
   the coordination service's heartbeat timeout ends the other, naming it;
 - each rerun resumes; the last one ends with the metrics and parameters of
@@ -32,14 +34,13 @@ from train import preemption
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_STEPS = 12
-# A process killed mid step: with the CPU collectives' own deadlines lifted
-# (train/cpu_flags.py), the survivor waits in its collective as on a pod,
-# until the coordination service declares the silent process lost after
-# --heartbeat_timeout_s and JAX ends the survivor naming it; a collective
-# that fails sooner leads to the failure barrier (multihost.failure_report),
-# which names it too. The bound asserted: the heartbeat timeout and 60 s.
-HEARTBEAT_TIMEOUT_S = 120
-DETECTION_BOUND_S = HEARTBEAT_TIMEOUT_S + 60
+# launch/multiprocess.sh's heartbeat timeout: on its own it would let a lost
+# process go unnoticed for 15 minutes.
+HEARTBEAT_TIMEOUT_S = 900
+# A process killed mid step: its connection to process 0 closes at once
+# (train/peer_watch.py); the bound leaves the survivor, which may be busy on
+# this loaded machine, room to act on it.
+DETECTION_BOUND_S = 60
 
 
 def _free_port():
@@ -63,11 +64,10 @@ def _start(workdir, tfds_dir):
     processes.append(subprocess.Popen(
         [sys.executable, "-m", "train.main",
          "--config=" + os.path.join(ROOT, "configs", "default.py") + ":smoke",
-         # No compilation cache: JAX writes it from process 0 only, so a
-         # rerun's process 0 would read its programs while process 1
-         # compiles them, reaching the first collectives more than gloo's
-         # 30 s apart.
-         f"--workdir={workdir}", "--compilation_cache_dir=none",
+         # The default compilation cache setting, as the launcher's: none
+         # in a multi-process CPU job, so that a rerun's processes compile
+         # alike (train.main.compilation_cache_dir).
+         f"--workdir={workdir}",
          f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
          f"--process_id={index}",
          f"--heartbeat_timeout_s={HEARTBEAT_TIMEOUT_S}",
@@ -127,7 +127,7 @@ def shared(tmp_path_factory):
   return tfds_dir, workdir
 
 
-@pytest.mark.benchmark  # about 5 minutes; not yet passing (docs/robustness.md)
+@pytest.mark.benchmark  # about 5 minutes idle (docs/robustness.md)
 def test_preempted_then_lost_process_reruns_resume_bit_exact(shared,
                                                              tmp_path):
   tfds_dir, want = shared
@@ -160,8 +160,8 @@ def test_preempted_then_lost_process_reruns_resume_bit_exact(shared,
   print(f"lost process: process 0 exited {detection_s:.1f} s after the kill")
   assert code != 0, log[-3000:]
   assert detection_s <= DETECTION_BOUND_S, log[-3000:]
-  assert re.search(r"the job lost process 1 of 2|stopped sending "
-                   r"heartbeats\):\s*1\b", log), log[-3000:]
+  assert "Process 0 of 2 stopped: the job lost process 1 of 2" in log, (
+      log[-3000:])
 
   # 3. The last rerun resumes from the last checkpoint and finishes: the
   # job's metrics and parameters are those of the job never interrupted.
