@@ -108,13 +108,17 @@ def _records(workdir):
 
 
 def _state(workdir, step):
-  """Every array of checkpoint `step`: both players' parameters and
-  optimiser states, the pools, the rng and the step."""
-  manager = ocp.CheckpointManager(
-      os.path.join(workdir, "checkpoints"),
-      options=ocp.CheckpointManagerOptions(read_only=True))
-  return jax.tree.leaves(manager.restore(step,
-                                         args=ocp.args.StandardRestore()))
+  """Every array of checkpoint `step` as host numpy arrays (the two
+  processes' devices saved it; this process has others): both players'
+  parameters and optimiser states, the pools, the rng and the step."""
+  item = os.path.join(workdir, "checkpoints", str(step), "default")
+  checkpointer = ocp.PyTreeCheckpointer()
+  metadata = checkpointer.metadata(item)
+  tree = getattr(metadata, "item_metadata", metadata)
+  tree = getattr(tree, "tree", tree)
+  return jax.tree.leaves(checkpointer.restore(item, args=ocp.args.PyTreeRestore(
+      restore_args=jax.tree.map(
+          lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree))))
 
 
 @pytest.fixture(scope="module")
