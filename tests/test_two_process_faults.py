@@ -116,9 +116,10 @@ def _state(workdir, step):
   metadata = checkpointer.metadata(item)
   tree = getattr(metadata, "item_metadata", metadata)
   tree = getattr(tree, "tree", tree)
-  return jax.tree.leaves(checkpointer.restore(item, args=ocp.args.PyTreeRestore(
-      restore_args=jax.tree.map(
-          lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree))))
+  restore_args = jax.tree.map(
+      lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+  return jax.tree.leaves(checkpointer.restore(
+      item, args=ocp.args.PyTreeRestore(restore_args=restore_args)))
 
 
 @pytest.fixture(scope="module")
