@@ -143,12 +143,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # 20: R(α) = 1, R(α ± 0.1) = 0.82 (band edge), R(α ± 0.19) ≈ 0.5,
       # R(0) = R(1) = e^-5 when α = 0.5.
       beta=20.0,
-      band=0.1,              # k_min: keep tasks with |p̂ - α| <= band
-      # True: the band filter applies under every reward, "uncertainty" and
-      # "learnability" included, so the reward arms differ from genenv only
-      # in their RWR weights among the same kept tasks. False: every valid
-      # task enters the simulator update, weighted by its reward alone.
-      band_filter=True,
+      band=0.1,              # k_min: the band |p̂ - α| <= band
+      # Which valid tasks enter the simulator update, each weighted by its
+      # reward: "band" (the paper's filter, under every reward, so the
+      # reward arms differ from genenv only in their RWR weights among the
+      # same kept tasks), "informative" (0 < p̂ < 1: the tasks whose
+      # attempts disagree, i.e. that carry a GRPO signal) or "valid" (all).
+      keep="band",
       rwr_temperature=1.0,   # λ in the RWR weights exp(λ R_env)
       # "alpha" (GenEnv) | "uncertainty" 1 - 2|p̂ - ½| | "learnability"
       # 1 - p̂ if 0 < p̂ < 1 else 0.
@@ -326,14 +327,14 @@ def _arm_reference_code(c: ml_collections.ConfigDict) -> None:
 
 def _arm_uncertainty(c: ml_collections.ConfigDict) -> None:
   """RWR simulator rewarded by uncertainty 1 - 2|p̂ - ½| instead of α,
-  among the same band-filtered tasks (curriculum.band_filter)."""
+  among the same band-filtered tasks (curriculum.keep)."""
   c.simulator_update.method = "rwr"
   c.curriculum.reward = "uncertainty"
 
 
 def _arm_learnability(c: ml_collections.ConfigDict) -> None:
   """RWR simulator rewarded by learnability (1 - p̂ when 0 < p̂ < 1), among
-  the same band-filtered tasks (curriculum.band_filter)."""
+  the same band-filtered tasks (curriculum.keep)."""
   c.simulator_update.method = "rwr"
   c.curriculum.reward = "learnability"
 

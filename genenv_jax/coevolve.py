@@ -540,7 +540,11 @@ def step_metrics(domain: TaskDomain, state: CoevolveState,
   valid_f = fresh.valid.astype(jnp.float32)
   metrics = {
       "env/success_rate": masked_ratio(signals.p_hat, fresh.valid),
-      "env/in_band_frac": ratio(signals.keep.sum(), valid_f.sum()),
+      "env/in_band_frac": ratio(curriculum.in_band(
+          signals.p_hat, fresh.valid, config.curriculum.alpha,
+          config.curriculum.band).sum(), valid_f.sum()),
+      # Valid tasks that enter the simulator update (config.curriculum.keep).
+      "env/kept_frac": ratio(signals.keep.sum(), valid_f.sum()),
       "env/valid_frac": ratio(valid_f.sum(), num_fresh),
       "env/invalid_count": per_step(num_fresh - valid_f.sum()),
       "env/difficulty_mean": masked_ratio(fresh.difficulty, fresh.valid),

@@ -6,8 +6,9 @@ computes, per task (or pooled over the variations of one seed task):
   p̂       the agent's success rate,
   R_env    the simulator's reward for having written the task, by default the
            α-curriculum reward exp(-β (p̂ - α)²) (GenEnv, arXiv 2512.19682),
-  keep     the difficulty filter |p̂ - α| <= k_min (and the task is valid),
-           applied under every reward unless curriculum.band_filter is off,
+  keep     the tasks that enter the simulator's update (curriculum.keep):
+           by default the difficulty filter |p̂ - α| <= k_min (and valid),
+           applied under every reward,
   weights  reward-weighted-regression weights ∝ exp(λ R_env) over kept tasks.
 
 All functions are pure and jit-safe; configuration values are static Python
@@ -24,6 +25,8 @@ import jax
 import jax.numpy as jnp
 
 REWARDS = ("alpha", "uncertainty", "learnability")
+# Which valid tasks enter the simulator update (config.curriculum.keep).
+KEEPS = ("band", "informative", "valid")
 
 # Slack on the band edge so that float rounding keeps e.g. p̂ = 0.6 inside
 # alpha = 0.5, band = 0.1 (0.6 - 0.5 = 0.09999999999999998 or 0.10000002).
@@ -37,8 +40,8 @@ class CurriculumOutput:
   Attributes:
     p_hat: f32[M] success rate (0 for invalid tasks).
     reward: f32[M] R_env(p̂) (0 for invalid tasks).
-    keep: bool[M] valid and inside the difficulty band (valid alone when the
-      band filter is off).
+    keep: bool[M] valid and chosen by config.curriculum.keep (by default
+      inside the difficulty band).
     weights: f32[M] RWR weights, summing to 1 over kept tasks, 0 elsewhere.
   """
 
@@ -154,15 +157,17 @@ def compute(rewards: jax.Array, valid: jax.Array, cfg: Any,
   Args:
     rewards: f32[M, G] agent reward of G attempts per generated task.
     valid: bool[M] task validity.
-    cfg: the `config.curriculum` block (configs/default.py). cfg.band_filter
-      False keeps every valid task (keep = valid) whatever its p̂.
+    cfg: the `config.curriculum` block (configs/default.py). cfg.keep
+      chooses the valid tasks kept: "band" (|p̂ - α| <= cfg.band),
+      "informative" (0 < p̂ < 1: some attempts succeed and some fail) or
+      "valid" (all).
     group_ids: int32[M] seed id per task; required when cfg.per_seed and
       ignored otherwise.
     num_groups: number of seeds (static); required when cfg.per_seed.
 
   Returns:
-    CurriculumOutput with p̂, R_env (0 for invalid tasks), the band mask and the
-    RWR weights, each of shape [M].
+    CurriculumOutput with p̂, R_env (0 for invalid tasks), the kept tasks and
+    the RWR weights, each of shape [M].
   """
   if cfg.per_seed:
     if group_ids is None or num_groups is None:
@@ -174,10 +179,15 @@ def compute(rewards: jax.Array, valid: jax.Array, cfg: Any,
     p_hat = success_rate(rewards, valid, threshold=cfg.success_threshold)
   valid = valid.astype(bool)
   reward = jnp.where(valid, curriculum_reward(p_hat, cfg), 0.0)
-  if cfg.band_filter:
+  if cfg.keep == "band":
     keep = in_band(p_hat, valid, cfg.alpha, cfg.band)
-  else:
+  elif cfg.keep == "informative":
+    keep = valid & (p_hat > 0.0) & (p_hat < 1.0)
+  elif cfg.keep == "valid":
     keep = valid
+  else:
+    raise ValueError(f"config.curriculum.keep = {cfg.keep!r} is not one of "
+                     f"{KEEPS}.")
   weights = rwr_weights(reward, keep, cfg.rwr_temperature)
   return CurriculumOutput(p_hat=p_hat, reward=reward, keep=keep,
                           weights=weights)

@@ -177,7 +177,7 @@ def _softmax_over(rewards, kept):
 
 
 @pytest.mark.parametrize("reward", curriculum.REWARDS)
-def test_band_filter_is_a_choice_under_every_reward(reward):
+def test_keep_chooses_the_tasks_weighted_under_every_reward(reward):
   assert set(BAND_R) == set(curriculum.REWARDS)
   r = BAND_R[reward]
   # The band α ± 0.25 keeps p̂ = .75, .5 and .25 (edges included): three kept
@@ -190,18 +190,38 @@ def test_band_filter_is_a_choice_under_every_reward(reward):
   np.testing.assert_array_equal(filtered.keep, kept)
   np.testing.assert_allclose(filtered.weights, _softmax_over(r, kept),
                              rtol=1e-6)
-  # Without the filter every valid task is weighted by its reward alone,
-  # p̂ = 0 and 1 included.
-  unfiltered = curriculum.compute(
+  # "informative": the valid tasks whose attempts disagree (0 < p̂ < 1),
+  # whatever the band: the narrow band α ± 0.1 changes nothing here.
+  informative = curriculum.compute(
       BAND_REWARDS, BAND_VALID,
-      _cfg(reward=reward, band=0.25, band_filter=False))
+      _cfg(reward=reward, band=0.1, keep="informative"))
+  np.testing.assert_array_equal(informative.keep, kept)
+  np.testing.assert_allclose(informative.weights, _softmax_over(r, kept),
+                             rtol=1e-6)
+  # "valid": every valid task is weighted by its reward alone, p̂ = 0 and 1
+  # included.
+  unfiltered = curriculum.compute(
+      BAND_REWARDS, BAND_VALID, _cfg(reward=reward, band=0.25, keep="valid"))
   np.testing.assert_array_equal(unfiltered.keep, BAND_VALID)
   np.testing.assert_allclose(unfiltered.weights,
                              _softmax_over(r, np.asarray(BAND_VALID)),
                              rtol=1e-6)
+  with pytest.raises(ValueError, match="curriculum.keep"):
+    curriculum.compute(BAND_REWARDS, BAND_VALID, _cfg(keep="all"))
+
+
+def test_informative_keeps_tasks_outside_a_narrow_band():
+  # p̂ = .75 and .25 lie outside α ± 0.1 but carry a GRPO signal.
+  band = curriculum.compute(BAND_REWARDS, BAND_VALID, _cfg(band=0.1))
+  informative = curriculum.compute(BAND_REWARDS, BAND_VALID,
+                                   _cfg(band=0.1, keep="informative"))
+  np.testing.assert_array_equal(band.keep,
+                                [False, False, False, True, False, False])
+  np.testing.assert_array_equal(informative.keep,
+                                [True, False, False, True, True, False])
 
 
 def test_configs_default_filters_under_every_reward():
-  assert default.get_config().curriculum.band_filter is True
+  assert default.get_config().curriculum.keep == "band"
   for arm in ("uncertainty", "learnability"):
-    assert default.get_config(arm).curriculum.band_filter is True
+    assert default.get_config(arm).curriculum.keep == "band"

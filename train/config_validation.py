@@ -173,7 +173,7 @@ def _curriculum(config) -> None:
   _number(config, "curriculum.rwr_temperature", low=0.0, open_low=True)
   _choice(config, "curriculum.reward", curriculum.REWARDS)
   _boolean(config, "curriculum.per_seed")
-  _boolean(config, "curriculum.band_filter")
+  _choice(config, "curriculum.keep", curriculum.KEEPS)
   _number(config, "curriculum.success_threshold", low=0.0, high=1.0, open_low=True)
 
 
