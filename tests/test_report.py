@@ -197,6 +197,21 @@ def test_plots_exist_and_show_something(written, name):
   assert np.std(image[..., :3]) > 0.05  # not a blank canvas
 
 
+def test_paired_interval_is_the_t_interval_of_the_mean():
+  # Four differences: mean 0.25, standard error 0.1291/2; the 0.975 quantile
+  # of Student's t with 3 degrees of freedom is 3.182446305284263.
+  mean, low, high = report.paired_interval([0.1, 0.2, 0.3, 0.4])
+  half = 3.182446305284263 * statistics.stdev([0.1, 0.2, 0.3, 0.4]) / 2
+  assert mean == pytest.approx(0.25)
+  assert (low, high) == pytest.approx((0.25 - half, 0.25 + half), rel=1e-9)
+  # A 90% interval is narrower (t quantile 2.353363434801823).
+  _, low90, _ = report.paired_interval([0.1, 0.2, 0.3, 0.4], level=0.9)
+  assert low90 == pytest.approx(
+      0.25 - 2.353363434801823 * statistics.stdev([0.1, 0.2, 0.3, 0.4]) / 2)
+  assert report.paired_interval([0.2, 0.2, 0.2]) == pytest.approx((0.2,) * 3)
+  assert np.isnan(report.paired_interval([0.3])[1])
+
+
 def test_single_seed_has_no_std():
   assert report.format_mean_std([0.25]) == "0.250"
   mean, std, n = report.mean_std([0.1, 0.3])

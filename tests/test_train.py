@@ -2,6 +2,7 @@
 once per session: tests/live_run.py): stages, metrics, report, and resume.
 Every comparison of runs first checks that the steps compared are live."""
 
+import fractions
 import json
 import math
 import os
@@ -257,6 +258,18 @@ def test_sign_test_and_paired_change_by_hand():
   assert heldout.sign_test_p(6, 2) == pytest.approx(74 / 256)
   assert heldout.sign_test_p(3, 3) == 1.0
   assert heldout.sign_test_p(0, 0) == 1.0
+
+
+@pytest.mark.parametrize("fixed, broken", [(540, 484), (530, 600),
+                                           (6000, 5400), (700, 700)])
+def test_sign_test_of_sums_over_a_thousand_tasks(fixed, broken):
+  # fixed + broken >= 1024 (sums over a sweep's seeds): 2.0**n overflows a
+  # float there; the exact tail in integers, as a Fraction, does not.
+  n = fixed + broken
+  tail = sum(math.comb(n, i) for i in range(max(fixed, broken), n + 1))
+  exact = min(1, fractions.Fraction(2 * tail, 2**n))
+  assert heldout.sign_test_p(fixed, broken) == pytest.approx(float(exact),
+                                                             rel=1e-9)
   base_greedy = np.array([False, False, True, True])
   greedy = np.array([True, False, False, True])
   base_sampled = np.array([[0, 0], [0, 1], [1, 1], [1, 0]], bool)

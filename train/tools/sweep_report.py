@@ -20,6 +20,7 @@ import re
 
 from etils import epath
 import numpy as np
+from scipy import stats
 
 from train import heldout
 from train import metrics_log
@@ -67,16 +68,16 @@ def reference_of(label: str) -> str:
 
 def paired_interval(differences, level: float = 0.95
                     ) -> tuple[float, float, float]:
-  """(mean, low, high): the t-interval of the mean of paired differences
-  (nan bounds for fewer than 2)."""
-  import scipy.stats  # pylint: disable=g-import-not-at-top
+  """(mean, low, high): the t-interval (scipy.stats.ttest_1samp) of the mean
+  of paired differences (nan bounds for fewer than 2)."""
   values = np.asarray(differences, float)
   mean = float(np.mean(values))
   if len(values) < 2:
     return mean, math.nan, math.nan
-  half = (float(scipy.stats.t.ppf(0.5 + level / 2, len(values) - 1))
-          * float(np.std(values, ddof=1)) / math.sqrt(len(values)))
-  return mean, mean - half, mean + half
+  if not np.ptp(values):  # identical differences: no spread, a point
+    return mean, mean, mean
+  interval = stats.ttest_1samp(values, 0.0).confidence_interval(level)
+  return mean, float(interval.low), float(interval.high)
 
 
 def format_interval(differences) -> str:
