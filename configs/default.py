@@ -142,6 +142,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       sampling_layout="gathered",
       seed_trim=0.0,         # > 0: seeds skip this fraction of the lowest- and
                              # of the highest-scoring rows (by agent success)
+      # Stage 2's own random stream: runs that start from one warm-start
+      # (warmstart.init_from, whose step 0 holds the rng) and differ in
+      # rl_seed are replicates paired by that warm-start. 0: the step-0
+      # rng as it is.
+      rl_seed=0,
   ))
 
   # The α-curriculum (paper: α = 0.5, k_min = 0.1, λ = 1; β not given).
@@ -213,6 +218,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   c.eval = ml_collections.ConfigDict(dict(
       every_steps=20,     # held-out accuracy per difficulty (greedy)
+      # > 0: also the sampled success rate of this many answers per held-out
+      # task (eval/sampled_success_d<l>), which moves before greedy accuracy.
+      samples=0,
   ))
   c.log_every = 5           # each logged step metric is its mean over these steps
   c.checkpoint_every = 40

@@ -699,9 +699,11 @@ def make_step(config, domain: TaskDomain, players: Players,
   num_replayed = generation_replay.num_replayed_generations(config)
   attempts_of = attempt_stage(domain)
   frozen = config.simulator_update.method == "none"
+  rl_seed = config.coevolve.rl_seed
 
   def step(state: CoevolveState) -> tuple[CoevolveState, dict]:
-    keys = jax.random.split(jax.random.fold_in(state.rng, state.step), 6)
+    rng = jax.random.fold_in(state.rng, rl_seed) if rl_seed else state.rng
+    keys = jax.random.split(jax.random.fold_in(rng, state.step), 6)
     (seed_key, simulator_key, replay_key, agent_key, update_key,
      generation_key) = keys
 

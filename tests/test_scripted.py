@@ -132,9 +132,11 @@ def test_scripted_generation_needs_a_frozen_simulator_and_a_bank():
     coevolve.make_step(config, get_domain(config.task), None)
 
 
-@pytest.mark.parametrize("arm", ["uniform", "oracle_learnability"])
-def test_scripted_arm_steps_compile_once_and_draw_from_the_bank(arm):
+def _smoke_start(arm, rl_seed=0):
+  """(config, domain, players, step-0 state, its shardings, mesh, level
+  bank) of a smoke-sized scripted arm with untrained players."""
   config = default.get_config(f"smoke,{arm}")
+  config.coevolve.rl_seed = rl_seed
   domain = get_domain(config.task)
   players = loop.build_players(config, domain)
   mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
@@ -148,6 +150,12 @@ def test_scripted_arm_steps_compile_once_and_draw_from_the_bank(arm):
   state, shardings = loop.create_state(config, domain, players, agent,
                                        simulator, rows[:64], difficulty[:64],
                                        mesh)
+  return config, domain, players, state, shardings, mesh, bank
+
+
+@pytest.mark.parametrize("arm", ["uniform", "oracle_learnability"])
+def test_scripted_arm_steps_compile_once_and_draw_from_the_bank(arm):
+  config, domain, players, state, shardings, mesh, bank = _smoke_start(arm)
   simulator_before = jax.device_get(state.simulator.params)
   state, history, traces = step_runs.run_steps(
       config, domain, players, state, shardings, mesh, 3, level_bank=bank)
@@ -166,6 +174,19 @@ def test_scripted_arm_steps_compile_once_and_draw_from_the_bank(arm):
   assert ((level_success >= 0) & (level_success <= 1)).all()
   assert history[-1]["agent/level_success_d1"] == pytest.approx(
       level_success[0])
+
+
+def test_rl_seed_draws_other_tasks_from_the_same_start():
+  added = []
+  for rl_seed in (0, 1):
+    config, domain, players, state, shardings, mesh, bank = _smoke_start(
+        "uniform", rl_seed)
+    start = int(state.pool.size)
+    state, _, _ = step_runs.run_steps(config, domain, players, state,
+                                      shardings, mesh, 1, level_bank=bank)
+    added.append(np.asarray(state.pool.tasks[start:int(state.pool.size)]))
+  assert added[0].shape == added[1].shape
+  assert not np.array_equal(added[0], added[1])
 
 
 def test_scripted_tasks_are_mazes_of_the_drawn_level():

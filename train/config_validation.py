@@ -155,6 +155,7 @@ def _coevolve(config, dims) -> None:
           f"{cc.generation!r} only with config.simulator_update.method='none' "
           "(scripted tasks are no simulator's generations, so there is "
           f"nothing to train it on), not {config.simulator_update.method!r}")
+  _integer(config, "coevolve.rl_seed", low=0)
   _integer(config, "coevolve.scripted_bank_per_level", low=1)
   _number(config, "coevolve.oracle_explore", low=0.0, high=1.0)
   _number(config, "coevolve.level_success_ema", low=0.0, high=1.0,
