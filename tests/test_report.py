@@ -349,6 +349,9 @@ def test_frontier_auc_is_the_time_average_of_the_frontier_curve(replicated):
         2 * _gain(run.arm, run.seed, run.rl_seed))
   cells = _row(replicated[2], "genenv [hard]", 0.5, "| arm | α | n | replicates")
   assert cells[2:4] == ["6", "0,0r1,0r2,1,1r1,1r2"]
+  aucs = [report.frontier_auc(r, [2]) for r in runs if r.arm == "genenv"]
+  assert cells[4] == report.format_interval(aucs, signed=False)
+  assert not cells[4].startswith("+")
   assert cells[6] == "0.250 ± 0.000"  # informative tasks, the same per run
 
 

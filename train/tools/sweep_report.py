@@ -87,13 +87,15 @@ def paired_interval(differences, level: float = 0.95
   return mean, float(interval.low), float(interval.high)
 
 
-def format_interval(differences) -> str:
+def format_interval(differences, signed: bool = True) -> str:
   """"+0.012 [-0.004, +0.028]": mean and 95% t-interval; the mean alone for
-  one value."""
+  one value. signed=False: without the + signs (a level, not a
+  difference)."""
   mean, low, high = paired_interval(differences)
+  spec = "+.3f" if signed else ".3f"
   if math.isnan(low):
-    return f"{mean:+.3f}"
-  return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+    return f"{mean:{spec}}"
+  return f"{mean:{spec}} [{low:{spec}}, {high:{spec}}]"
 
 
 def rollouts_per_step(config: dict) -> int:
@@ -401,7 +403,8 @@ def primary_table(groups, levels: list[int]) -> list[str]:
                if "second_half_in_band_frac" in r.summary]
     rows.append([arm, f"{alpha:g}", str(len(runs)),
                  ",".join(r.replicate for r in runs),
-                 format_interval([frontier_auc(r, levels) for r in runs]),
+                 format_interval([frontier_auc(r, levels) for r in runs],
+                                 signed=False),
                  format_interval([frontier_gain(r, levels) for r in runs]),
                  format_mean_std(informative) if informative else "–",
                  format_mean_std(in_band) if in_band else "–"])
