@@ -326,6 +326,7 @@ def test_preregistered_sweep_pairs_replicates_across_arms():
     assert run.name == (f"{run.arm}_a0.5_s{run.seed}"
                         + (f"r{rl_seed}" if rl_seed else "") + "_hard")
     assert run.config.agent.learning_rate == 1e-4
+    assert run.config.coevolve.num_steps == 200
     assert run.config.eval.samples == 4
     replicates.setdefault((run.seed, rl_seed), []).append(run)
   # 6 replicates; every arm's replicate starts from the same players.
