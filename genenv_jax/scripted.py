@@ -21,7 +21,10 @@ simulator's warm-start lessons come from it), so the rule is the same for
 arithmetic tasks, mazes and text tasks, and a bank row is a written task in
 the domain's row format, parsed like a D_train row. The bank is fixed data,
 rebuilt from `config.data` on every start, and so bound into the step rather
-than kept in checkpoints.
+than kept in checkpoints. The step's curriculum signals (p̂, R_env, the band;
+with `curriculum.per_seed`, over groups of `variations` consecutive draws)
+are computed as for written tasks and feed only the metrics: no simulator
+learns from them.
 
 The per-level success estimate, kept in the state for every generation mode
 (a mechanism figure of every arm): after each step, for each level l with
