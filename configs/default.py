@@ -122,14 +122,31 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       agent_minibatches=2,
       # "online": the simulator writes each step's tasks from seeds of D_train;
       # "static": the frozen warm-started simulator writes them from base-data
-      # seeds, so they form one fixed dataset independent of the agent.
+      # seeds, so they form one fixed dataset independent of the agent;
+      # scripted, no simulator (genenv_jax/scripted.py): "uniform" draws each
+      # task's level uniformly, "oracle_learnability" ∝ p_l(1 - p_l) of the
+      # agent's recent success p_l at level l; either takes tasks of that
+      # level from a bank of seed-dataset tasks.
       generation="online",
+      scripted_bank_per_level=1024,  # seed tasks per level in that bank
+      # oracle_learnability: share of its level draw that stays uniform, so
+      # levels it neglects keep being measured.
+      oracle_explore=0.1,
+      # η of the per-level success estimate (every arm keeps it; logged as
+      # agent/level_success_d<l>): p_l <- (1 - η) p_l + η s_l, s_l the
+      # step's success at level l. 0.2: about the last 5 steps.
+      level_success_ema=0.2,
       # Weights for decoding, laid out once per step: "gathered" (whole over
       # the fsdp mesh axis: no weight gathers inside the decode loop) or
       # "training" (decode reads the fsdp-sharded training layout).
       sampling_layout="gathered",
       seed_trim=0.0,         # > 0: seeds skip this fraction of the lowest- and
                              # of the highest-scoring rows (by agent success)
+      # Stage 2's own random stream: runs that start from one warm-start
+      # (warmstart.init_from, whose step 0 holds the rng) and differ in
+      # rl_seed are replicates paired by that warm-start. 0: the step-0
+      # rng as it is.
+      rl_seed=0,
   ))
 
   # The α-curriculum (paper: α = 0.5, k_min = 0.1, λ = 1; β not given).
@@ -202,6 +219,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   c.eval = ml_collections.ConfigDict(dict(
       every_steps=20,     # held-out accuracy per difficulty (greedy)
+      # > 0: also the sampled success rate of this many answers per held-out
+      # task (eval/sampled_success_d<l>), which moves before greedy accuracy.
+      samples=0,
   ))
   c.log_every = 5           # each logged step metric is its mean over these steps
   c.checkpoint_every = 40
@@ -316,6 +336,22 @@ def _arm_static(c: ml_collections.ConfigDict) -> None:
   c.coevolve.generation = "static"
 
 
+def _arm_uniform(c: ml_collections.ConfigDict) -> None:
+  """Scripted control, no simulator: each task's level drawn uniformly,
+  tasks of that level from the seed dataset (domain randomisation)."""
+  c.simulator_update.method = "none"
+  c.coevolve.generation = "uniform"
+
+
+def _arm_oracle_learnability(c: ml_collections.ConfigDict) -> None:
+  """Scripted control, no simulator: each task's level drawn ∝ p_l(1 - p_l)
+  of the agent's recent success per level (the curriculum the simulator
+  tries to learn, given for free), tasks of that level from the seed
+  dataset."""
+  c.simulator_update.method = "none"
+  c.coevolve.generation = "oracle_learnability"
+
+
 def _arm_reference_code(c: ml_collections.ConfigDict) -> None:
   """What the public reference code does: a frozen simulator, seeds that skip
   the 10% lowest- and highest-scoring rows, and an agent pool of the base data
@@ -345,6 +381,8 @@ ARMS = {
     "genenv_replay": _arm_genenv_replay,
     "frozen_env": _arm_frozen_env,
     "static": _arm_static,
+    "uniform": _arm_uniform,
+    "oracle_learnability": _arm_oracle_learnability,
     "reference_code": _arm_reference_code,
     "uncertainty": _arm_uncertainty,
     "learnability": _arm_learnability,

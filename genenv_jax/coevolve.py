@@ -3,7 +3,9 @@
 `make_step` chains the stage functions below:
 
     write_tasks         1-2  seeds ~ D_train ─► simulator writes m tasks per
-                             seed ─► domain.parse
+                             seed ─► domain.parse; or scripted: M tasks
+                             drawn from a level bank by a fixed rule
+                             (genenv_jax/scripted.py), no simulator
     replay_tasks, attempt 3-4  + Q tasks from D_train ─► agent attempts each
                              G times ─► domain.verify (reward per attempt);
                              play_episodes instead for episodic domains: G
@@ -13,9 +15,10 @@
     grpo_batch ─► agent_update           6  GRPO (+KL to its reference)
     simulator_batch ─► simulator_update  7  RWR (D_env optionally replayed)
                              or PG (+KL to the initial simulator, KL cap per
-                             update), or frozen
+                             update), or frozen; skipped when scripted
     update_pools, step_metrics  8  valid tasks → D_train; kept generations →
-                             D_env; metrics as (sum, count) pairs
+                             D_env; per-level success estimate; metrics as
+                             (sum, count) pairs
 
 Shapes: S seeds, m variations per seed, M = S·m generated tasks, Q replayed
 pool tasks, T = M + Q agent tasks, G attempts per task, N = T·G attempts.
@@ -40,6 +43,7 @@ from genenv_jax import losses
 from genenv_jax import policy
 from genenv_jax import pool as pool_lib
 from genenv_jax import replay as generation_replay
+from genenv_jax import scripted
 from genenv_jax import sharding
 from genenv_jax.sampling import SampleOutput, SamplingConfig, sample
 from genenv_jax.tasks.base import ParsedTasks, TaskDomain
@@ -47,7 +51,7 @@ from models import decoder
 from models.config import ModelConfig
 
 SIMULATOR_UPDATES = ("rwr", "pg", "none")
-GENERATIONS = ("online", "static")
+GENERATIONS = ("online", "static") + scripted.SCRIPTED_GENERATIONS
 KEEP_GENERATED = ("all", "latest")
 SAMPLING_LAYOUTS = ("gathered", "training")
 
@@ -69,6 +73,10 @@ class CoevolveState:
   generation_pool: pool_lib.GenerationPool
   rng: jax.Array
   step: jax.Array
+  # f32[D] the agent's recent success per level 1..D, UNKNOWN_SUCCESS before
+  # any attempt (genenv_jax/scripted.py: the estimator; oracle_learnability
+  # draws its levels from it).
+  level_success: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,16 +122,19 @@ class Generation(NamedTuple):
   """Stages 1-2: what the simulator wrote this step.
 
   Attributes:
-    seed_idx: int32[S] the D_train rows the seeds came from.
+    seed_idx: int32[S] the D_train rows the seeds came from (scripted
+      generation: int32[M] the LevelBank rows drawn).
     prompt: int32[M, Pe] the simulator's prompt of each generation (its seed's
-      prompt repeated for the m variations); prompt_mask bool[M, Pe].
-    out: the simulator's SampleOutput (tokens int32[M, L], logprobs, mask).
+      prompt repeated for the m variations); prompt_mask bool[M, Pe]. None
+      for scripted generation.
+    out: the simulator's SampleOutput (tokens int32[M, L], logprobs, mask);
+      None for scripted generation (the simulator wrote nothing).
     tasks: the M fresh ParsedTasks.
   """
   seed_idx: jax.Array
-  prompt: jax.Array
-  prompt_mask: jax.Array
-  out: SampleOutput
+  prompt: jax.Array | None
+  prompt_mask: jax.Array | None
+  out: SampleOutput | None
   tasks: ParsedTasks
 
 
@@ -172,16 +183,31 @@ def _chunk_size(config) -> int:
 
 
 def write_tasks(config, domain: TaskDomain, players: Players,
-                state: CoevolveState, seed_key, sample_key) -> Generation:
+                state: CoevolveState, seed_key, sample_key,
+                level_bank: scripted.LevelBank | None = None) -> Generation:
   """Stages 1-2: the simulator writes `variations` tasks per seed task, and
   the domain parses them.
 
   Online generation draws seeds from D_train with the agent's success on each
   as the summary signal. Static generation draws them from the base data with
   no signal, so with the simulator frozen, step t's tasks are a function of t
-  alone: batch t of one fixed dataset, whatever the agent does.
+  alone: batch t of one fixed dataset, whatever the agent does. Scripted
+  generation ("uniform", "oracle_learnability"; genenv_jax/scripted.py) has
+  no simulator: it draws the M = num_seeds·variations tasks from
+  `level_bank`, each of a level drawn by its rule.
   """
   cc = config.coevolve
+  if cc.generation in scripted.SCRIPTED_GENERATIONS:
+    num_tasks = cc.num_seeds * cc.variations
+    if cc.generation == "uniform":
+      weights = scripted.uniform_level_weights(domain.max_difficulty)
+    else:
+      weights = scripted.learnability_level_weights(state.level_success,
+                                                    cc.oracle_explore)
+    rows, bank_idx = scripted.draw_tasks(level_bank, seed_key, weights,
+                                         num_tasks)
+    return Generation(bank_idx, None, None, None,
+                      domain.parse(rows, rows != domain.pad_id))
   if cc.generation == "static":
     seed_idx = pool_lib.sample_base_indices(state.pool, seed_key, cc.num_seeds)
     seed_success = jnp.full((cc.num_seeds,), pool_lib.UNKNOWN_SUCCESS)
@@ -475,10 +501,13 @@ def simulator_update(config, players: Players, simulator: PlayerState,
 def update_pools(config, state: CoevolveState, generation: Generation,
                  attempts: Attempts, replay_idx: jax.Array | None,
                  signals: curriculum.CurriculumOutput
-                 ) -> tuple[pool_lib.TaskPool, pool_lib.GenerationPool]:
+                 ) -> tuple[pool_lib.TaskPool, pool_lib.GenerationPool,
+                            jax.Array]:
   """Stage 8's pools: valid fresh tasks (with the agent's success on each)
   into D_train, replayed tasks' success recorded, kept generations into
-  D_env."""
+  D_env, and the per-level success estimate f32[D] updated from every
+  attempted task (genenv_jax/scripted.py). Returns (D_train, D_env, the
+  estimate)."""
   fresh = generation.tasks
   num_fresh = fresh.valid.shape[0]
   task_success = curriculum.success_rate(
@@ -493,10 +522,15 @@ def update_pools(config, state: CoevolveState, generation: Generation,
   pool = pool_lib.add_tasks(pool, fresh.task, fresh.difficulty, fresh.valid,
                             task_success[:num_fresh])
   out = generation.out
-  generation_pool = pool_lib.add_generations(
-      state.generation_pool, generation.prompt, generation.prompt_mask,
-      out.tokens, out.mask, signals.reward, signals.keep)
-  return pool, generation_pool
+  generation_pool = state.generation_pool
+  if out is not None:  # scripted tasks are no simulator's generations
+    generation_pool = pool_lib.add_generations(
+        generation_pool, generation.prompt, generation.prompt_mask,
+        out.tokens, out.mask, signals.reward, signals.keep)
+  level_success = scripted.update_level_success(
+      state.level_success, attempts.tasks.difficulty, task_success,
+      attempts.tasks.valid, config.coevolve.level_success_ema)
+  return pool, generation_pool, level_success
 
 
 # ------------------------------------------------------------------ metrics
@@ -580,6 +614,14 @@ def step_metrics(domain: TaskDomain, state: CoevolveState,
   return metrics
 
 
+def level_success_metrics(level_success: jax.Array) -> dict:
+  """The per-level success estimate f32[D] after the step, as `ratio`s
+  "agent/level_success_d<l>" (count 0 while a level is unknown)."""
+  return {f"agent/level_success_d{level + 1}": ratio(
+              jnp.maximum(level_success[level], 0.0), level_success[level] >= 0)
+          for level in range(level_success.shape[0])}
+
+
 def episode_metrics(episodes: episodes_lib.Episodes, valid: jax.Array
                     ) -> dict:
   """The rollout's statistics over the valid tasks' episodes (bool[N]
@@ -638,28 +680,40 @@ def sampling_configs(config, domain: TaskDomain
                          temperature=cc.agent_temperature, **stop))
 
 
-def make_step(config, domain: TaskDomain, players: Players
+def make_step(config, domain: TaskDomain, players: Players,
+              level_bank: scripted.LevelBank | None = None
               ) -> Callable[[CoevolveState], tuple[CoevolveState, dict]]:
   """Builds the pure co-evolution step `state -> (state, metrics)`: the
   stages above, chained. Metrics are `ratio`s (f32[2] sum, count).
 
   `config` is the run's ConfigDict (fields coevolve, curriculum, grpo,
   simulator_update, pool), checked by train/config_validation.py; all of it is
-  static.
+  static. `level_bank`: the seed tasks by level that scripted generation
+  draws from (scripted.level_bank), bound into the step as constants;
+  required by, and only read by, config.coevolve.generation "uniform" and
+  "oracle_learnability".
   """
+  script = config.coevolve.generation in scripted.SCRIPTED_GENERATIONS
+  if script and level_bank is None:
+    raise ValueError(
+        f"config.coevolve.generation={config.coevolve.generation!r} draws "
+        "its tasks from a level bank: pass make_step(..., level_bank="
+        "scripted.level_bank(...)) built from the seed train split.")
   num_replay = config.pool.replay_tasks
   num_replayed = generation_replay.num_replayed_generations(config)
   attempts_of = attempt_stage(domain)
   frozen = config.simulator_update.method == "none"
+  rl_seed = config.coevolve.rl_seed
 
   def step(state: CoevolveState) -> tuple[CoevolveState, dict]:
-    keys = jax.random.split(jax.random.fold_in(state.rng, state.step), 6)
+    rng = jax.random.fold_in(state.rng, rl_seed) if rl_seed else state.rng
+    keys = jax.random.split(jax.random.fold_in(rng, state.step), 6)
     (seed_key, simulator_key, replay_key, agent_key, update_key,
      generation_key) = keys
 
     # 1-2. The simulator writes tasks; the domain parses them.
     generation = write_tasks(config, domain, players, state, seed_key,
-                             simulator_key)
+                             simulator_key, level_bank)
     fresh = generation.tasks
     # 3-4. The agent attempts fresh and replayed tasks; responses are scored.
     replay_idx, tasks = None, fresh
@@ -677,32 +731,37 @@ def make_step(config, domain: TaskDomain, players: Players
         grpo_batch(config, players, state.agent, attempts), update_key)
     # 7. Simulator: RWR (optionally with D_env replayed) or PG, from its own
     # and its initial model's log-probs.
-    batch = simulator_batch(config, players, state.simulator, generation,
-                            signals)
-    simulator_kl = masked_ratio(
-        losses.kl_estimate(batch.old_logp, batch.ref_logp, "k3"),
-        batch.task_mask & batch.valid[:, None])
-    if frozen:  # its params are its initial (reference) ones
-      simulator, simulator_metrics = state.simulator, {
-          "logp_mismatch": masked_ratio(
-              jnp.abs(batch.ref_logp - batch.old_logp),
-              batch.task_mask & batch.valid[:, None])}
+    if script:  # the simulator wrote nothing: it stays as it is, unscored
+      simulator, simulator_kl = state.simulator, ratio(0.0, 0.0)
+      simulator_metrics = {"logp_mismatch": ratio(0.0, 0.0)}
     else:
-      if num_replayed:  # D_env's earlier kept generations join the RWR batch
-        batch = generation_replay.with_replayed_generations(
-            config, players.simulator_model, state.simulator.ref_params,
-            state.generation_pool, batch, signals.keep, generation_key,
-            num_replayed)
-      simulator, simulator_metrics = simulator_update(
-          config, players, state.simulator, batch)
+      batch = simulator_batch(config, players, state.simulator, generation,
+                              signals)
+      simulator_kl = masked_ratio(
+          losses.kl_estimate(batch.old_logp, batch.ref_logp, "k3"),
+          batch.task_mask & batch.valid[:, None])
+      if frozen:  # its params are its initial (reference) ones
+        simulator, simulator_metrics = state.simulator, {
+            "logp_mismatch": masked_ratio(
+                jnp.abs(batch.ref_logp - batch.old_logp),
+                batch.task_mask & batch.valid[:, None])}
+      else:
+        if num_replayed:  # D_env's kept generations join the RWR batch
+          batch = generation_replay.with_replayed_generations(
+              config, players.simulator_model, state.simulator.ref_params,
+              state.generation_pool, batch, signals.keep, generation_key,
+              num_replayed)
+        simulator, simulator_metrics = simulator_update(
+            config, players, state.simulator, batch)
     # 8. Pools and metrics.
-    pool, generation_pool = update_pools(config, state, generation, attempts,
-                                         replay_idx, signals)
+    pool, generation_pool, level_success = update_pools(
+        config, state, generation, attempts, replay_idx, signals)
     metrics = step_metrics(domain, state, generation, attempts, signals,
                            agent_metrics, simulator_kl, simulator_metrics)
+    metrics.update(level_success_metrics(level_success))
     new_state = CoevolveState(agent=agent, simulator=simulator, pool=pool,
                               generation_pool=generation_pool, rng=state.rng,
-                              step=state.step + 1)
+                              step=state.step + 1, level_success=level_success)
     return new_state, metrics
 
   return step

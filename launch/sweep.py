@@ -5,7 +5,7 @@
     --dry_run   # prints the command lines, runs nothing
 
 Each run is one `python -m train.main` process with the workdir
-SWEEP_DIR/<arm>_a<alpha>_s<seed>[_<simulator start>] (SWEEP_DIR may be local
+SWEEP_DIR/<arm>_a<alpha>_s<seed>[r<rl_seed>][_<simulator start>] (SWEEP_DIR may be local
 or gs://...), its output appended to <workdir>/log.txt (for gs://, to the same
 path under runs/sweep_logs/gs/ on this machine);
 `--parallel` of them run at a time. A run whose report/summary.json reaches its
@@ -122,10 +122,13 @@ START_FIELD = "warmstart.simulator_start"
 
 
 def run_name(arm: str, seed: int, config: ml_collections.ConfigDict) -> str:
-  """<arm>_a<alpha>_s<seed>, plus _<start> for a simulator start other than
+  """<arm>_a<alpha>_s<seed>, plus r<rl_seed> for a stage-2 seed other than 0
+  (config.coevolve.rl_seed) and _<start> for a simulator start other than
   "matched" (config.warmstart.simulator_start)."""
   start = config.warmstart.simulator_start
+  rl_seed = config.coevolve.get("rl_seed", 0)
   return (f"{arm}_a{config.curriculum.alpha:g}_s{seed}"
+          + (f"r{rl_seed}" if rl_seed else "")
           + ("" if start == "matched" else f"_{start}"))
 
 

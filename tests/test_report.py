@@ -197,6 +197,21 @@ def test_plots_exist_and_show_something(written, name):
   assert np.std(image[..., :3]) > 0.05  # not a blank canvas
 
 
+def test_paired_interval_is_the_t_interval_of_the_mean():
+  # Four differences: mean 0.25, standard error 0.1291/2; the 0.975 quantile
+  # of Student's t with 3 degrees of freedom is 3.182446305284263.
+  mean, low, high = report.paired_interval([0.1, 0.2, 0.3, 0.4])
+  half = 3.182446305284263 * statistics.stdev([0.1, 0.2, 0.3, 0.4]) / 2
+  assert mean == pytest.approx(0.25)
+  assert (low, high) == pytest.approx((0.25 - half, 0.25 + half), rel=1e-9)
+  # A 90% interval is narrower (t quantile 2.353363434801823).
+  _, low90, _ = report.paired_interval([0.1, 0.2, 0.3, 0.4], level=0.9)
+  assert low90 == pytest.approx(
+      0.25 - 2.353363434801823 * statistics.stdev([0.1, 0.2, 0.3, 0.4]) / 2)
+  assert report.paired_interval([0.2, 0.2, 0.2]) == pytest.approx((0.2,) * 3)
+  assert np.isnan(report.paired_interval([0.3])[1])
+
+
 def test_single_seed_has_no_std():
   assert report.format_mean_std([0.25]) == "0.250"
   mean, std, n = report.mean_std([0.1, 0.3])
@@ -259,3 +274,104 @@ def test_run_summary_averages_the_last_evaluations_per_level():
       pytest.approx(np.mean(tail)))
   assert summary[f"eval/accuracy_d3_last{run_report.EVAL_TAIL}_mean"] == (
       pytest.approx(np.mean(tail) / 2))
+
+
+# The pre-registered design's report: runs of one warm-start seed and several
+# stage-2 seeds (replicates), held-out sampled success per level.
+PRIMARY_GAIN = {"genenv": 0.10, "frozen_env": 0.02, "uniform": 0.04,
+                "oracle_learnability": 0.06}
+REPLICATES = [(seed, rl_seed) for seed in (0, 1) for rl_seed in (0, 1, 2)]
+
+
+def _gain(arm, seed, rl_seed):
+  """Per-run gain a of the frontier curve 0.3 + off + (0, 1.5a, 2a) at steps
+  0, 3, 6: frontier AUC (trapezoid over 6 steps) 0.3 + off + 1.25a."""
+  return PRIMARY_GAIN[arm] + (0.01 * (2 * seed + rl_seed)
+                              if arm == "genenv" else 0.0)
+
+
+def _write_replicate_run(sweep_dir, arm, seed, rl_seed):
+  config = default.get_config(f"smoke,{arm}")
+  config.warmstart.simulator_start = "hard"
+  config.seed, config.coevolve.rl_seed = seed, rl_seed
+  config.coevolve.num_steps = NUM_STEPS
+  workdir = os.path.join(sweep_dir, f"{arm}_s{seed}r{rl_seed}")
+  os.makedirs(workdir)
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    f.write(config.to_json_best_effort(indent=2))
+  offset = 0.01 * seed + 0.005 * rl_seed  # the replicate's phase, every arm
+  gain = _gain(arm, seed, rl_seed)
+  records = []
+  for step in range(NUM_STEPS + 1):
+    if step:
+      records.append({"step": step, "env/success_rate": 0.5,
+                      "env/difficulty_mean": 1.0,
+                      "env/informative_frac": 0.25 if arm == "genenv" else 0.5,
+                      "agent/level_success_d2": 0.3 + step / 100})
+    if step in EVAL_STEPS:
+      frontier = 0.3 + offset + gain * {0: 0.0, 3: 1.5, 6: 2.0}[step]
+      records.append({"step": step, "eval/accuracy": 0.4,
+                      "eval/accuracy_d1": 1.0, "eval/accuracy_d2": 0.2,
+                      "eval/accuracy_d3": 0.0,
+                      "eval/sampled_success_d1": 0.97,
+                      "eval/sampled_success_d2": frontier,
+                      "eval/sampled_success_d3": 0.01})
+  with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+@pytest.fixture(scope="module")
+def replicated(tmp_path_factory):
+  sweep_dir = str(tmp_path_factory.mktemp("replicated"))
+  for arm in PRIMARY_GAIN:
+    for seed, rl_seed in REPLICATES:
+      _write_replicate_run(sweep_dir, arm, seed, rl_seed)
+  out = os.path.join(sweep_dir, "report")
+  with open(report.write_report(sweep_dir, out, "cmd")) as f:
+    return sweep_dir, out, f.read()
+
+
+def test_frontier_levels_are_those_that_can_move(replicated):
+  runs, _ = report.load_runs(replicated[0])
+  # d1 starts at 0.97 and d3 at 0.01: outside [0.05, 0.95].
+  assert report.frontier_levels(runs) == [2]
+  assert "Frontier levels (step-0 held-out sampled success" in replicated[2]
+  assert "in [0.05, 0.95]): d2." in replicated[2]
+
+
+def test_frontier_auc_is_the_time_average_of_the_frontier_curve(replicated):
+  runs, _ = report.load_runs(replicated[0])
+  for run in runs:
+    offset = 0.01 * run.seed + 0.005 * run.rl_seed
+    assert report.frontier_auc(run, [2]) == pytest.approx(
+        0.3 + offset + 1.25 * _gain(run.arm, run.seed, run.rl_seed))
+    assert report.frontier_gain(run, [2]) == pytest.approx(
+        2 * _gain(run.arm, run.seed, run.rl_seed))
+  cells = _row(replicated[2], "genenv [hard]", 0.5, "| arm | α | n | replicates")
+  assert cells[2:4] == ["6", "0,0r1,0r2,1,1r1,1r2"]
+  aucs = [report.frontier_auc(r, [2]) for r in runs if r.arm == "genenv"]
+  assert cells[4] == report.format_interval(aucs, signed=False)
+  assert not cells[4].startswith("+")
+  assert cells[6] == "0.250 ± 0.000"  # informative tasks, the same per run
+
+
+def test_contrasts_pair_replicates(replicated):
+  # Paired by (seed, rl_seed), the replicate's phase cancels: genenv minus
+  # frozen_env is 1.25·(0.08 + 0.01·(2·seed + rl_seed)) for each replicate.
+  diffs = [1.25 * (0.08 + 0.01 * (2 * s + r)) for s, r in REPLICATES]
+  lines = [l for l in replicated[2].splitlines()
+           if l.startswith("| genenv [hard] − frozen_env [hard]")]
+  assert len(lines) == 1
+  cells = [c.strip() for c in lines[0].strip("|").split("|")]
+  assert cells[1:] == ["0.5", "6", report.format_interval(diffs),
+                       "genenv > frozen_env"]
+  mean, low, high = report.paired_interval(diffs)
+  assert mean == pytest.approx(statistics.mean(diffs)) and low > 0
+  oracle = next(l for l in replicated[2].splitlines()
+                if l.startswith("| oracle_learnability [hard] − uniform [hard]"))
+  assert "+0.025" in oracle and "oracle_learnability > uniform" in oracle
+
+
+def test_level_success_plot_is_written(replicated):
+  assert os.path.exists(os.path.join(replicated[1], "level_success.png"))
+  assert "![per-level success](level_success.png)" in replicated[2]

@@ -33,6 +33,9 @@ _ARM_FIELDS = {
                       "simulator_update.replay_share": 0.5},
     "frozen_env": {"simulator_update.method": "none"},
     "static": {"simulator_update.method": "none", "coevolve.generation": "static"},
+    "uniform": {"simulator_update.method": "none", "coevolve.generation": "uniform"},
+    "oracle_learnability": {"simulator_update.method": "none",
+                            "coevolve.generation": "oracle_learnability"},
     "reference_code": {"simulator_update.method": "none", "coevolve.seed_trim": 0.1,
                        "pool.keep_generated": "latest"},
     "uncertainty": {"simulator_update.method": "rwr",
@@ -311,3 +314,33 @@ def test_claim_sweep_expansion():
   pilot = _without_warmstarts(sweep.expand(claim.get_config("pilot"), "/p"))
   assert sorted(r.name for r in pilot) == sorted(
       f"{a}_a0.5_s0_{c}" for a in claim.PILOT_ARMS for c in claim.CONDITIONS)
+
+
+def test_preregistered_sweep_pairs_replicates_across_arms():
+  from configs.sweeps import preregistered  # pylint: disable=g-import-not-at-top
+  runs = _without_warmstarts(sweep.expand(preregistered.get_config(), "/s"))
+  assert len(runs) == 5 * 3 * 2
+  replicates = {}
+  for run in runs:
+    rl_seed = run.config.coevolve.rl_seed
+    assert run.name == (f"{run.arm}_a0.5_s{run.seed}"
+                        + (f"r{rl_seed}" if rl_seed else "") + "_hard")
+    assert run.config.agent.learning_rate == 1e-4
+    assert run.config.coevolve.num_steps == 200
+    assert run.config.eval.samples == 4
+    replicates.setdefault((run.seed, rl_seed), []).append(run)
+  # 6 replicates; every arm's replicate starts from the same players.
+  assert sorted(replicates) == [(s, r) for s in range(3) for r in range(2)]
+  for (seed, _), group in replicates.items():
+    assert sorted(r.arm for r in group) == sorted(preregistered.ARMS)
+    assert {r.requires for r in group} == {f"_warmstart/s{seed}_hard"}
+  pilot = _without_warmstarts(
+      sweep.expand(preregistered.get_config("pilot"), "/s"))
+  assert [r.name for r in pilot] == ["uniform_a0.5_s0_hard"]
+  assert pilot[0].config.to_dict() == next(
+      r for r in runs if r.name == "uniform_a0.5_s0_hard").config.to_dict()
+  maze = _without_warmstarts(
+      sweep.expand(preregistered.get_config("maze"), "/m"))
+  assert len(maze) == 30
+  assert all(r.config.task.name == "maze" and
+             r.requires == f"_warmstart/s{r.seed}" for r in maze)

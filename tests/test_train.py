@@ -2,6 +2,7 @@
 once per session: tests/live_run.py): stages, metrics, report, and resume.
 Every comparison of runs first checks that the steps compared are live."""
 
+import fractions
 import json
 import math
 import os
@@ -147,6 +148,33 @@ def test_stopped_and_resumed_run_gives_the_same_metrics(uninterrupted,
   _assert_same_params(str(tmp_path), workdir, config.coevolve.num_steps)
 
 
+def test_oracle_arm_from_the_shared_warm_start_resumes_its_level_estimate(
+    uninterrupted, tmp_path):
+  """The scripted oracle arm through the driver, from the live run's step 0:
+  its level draws read the per-level success estimate, so a run stopped at
+  step 2 and resumed matches an uninterrupted one only if the checkpoint
+  kept that estimate."""
+  config, workdir, _ = uninterrupted
+
+  def oracle(num_steps):
+    arm = live.live_config(config.data.tfds_dir, "live,oracle_learnability")
+    arm.warmstart.init_from = workdir
+    arm.coevolve.num_steps = num_steps
+    return arm
+
+  whole, parts = str(tmp_path / "whole"), str(tmp_path / "parts")
+  loop.train_and_evaluate(oracle(4), whole)
+  loop.train_and_evaluate(oracle(2), parts)
+  loop.train_and_evaluate(oracle(4), parts)
+  records = _read(whole)
+  steps = [r for r in records if "agent/level_success_d1" in r]
+  assert [r["step"] for r in steps] == [1, 2, 3, 4]
+  assert all(r["perf/compiles"] == 1 for r in records if "perf/compiles" in r)
+  assert all(r["env/valid_frac"] == 1.0 for r in steps)  # bank tasks
+  assert _computed(_read(parts)) == _computed(records)
+  _assert_same_params(parts, whole, 4)
+
+
 def test_run_started_from_another_runs_warm_start_matches_it(
     uninterrupted, tmp_path, monkeypatch):
   config, workdir, _ = uninterrupted
@@ -257,6 +285,18 @@ def test_sign_test_and_paired_change_by_hand():
   assert heldout.sign_test_p(6, 2) == pytest.approx(74 / 256)
   assert heldout.sign_test_p(3, 3) == 1.0
   assert heldout.sign_test_p(0, 0) == 1.0
+
+
+@pytest.mark.parametrize("fixed, broken", [(540, 484), (530, 600),
+                                           (6000, 5400), (700, 700)])
+def test_sign_test_of_sums_over_a_thousand_tasks(fixed, broken):
+  # fixed + broken >= 1024 (sums over a sweep's seeds): 2.0**n overflows a
+  # float there; the exact tail in integers, as a Fraction, does not.
+  n = fixed + broken
+  tail = sum(math.comb(n, i) for i in range(max(fixed, broken), n + 1))
+  exact = min(1, fractions.Fraction(2 * tail, 2**n))
+  assert heldout.sign_test_p(fixed, broken) == pytest.approx(float(exact),
+                                                             rel=1e-9)
   base_greedy = np.array([False, False, True, True])
   greedy = np.array([True, False, False, True])
   base_sampled = np.array([[0, 0], [0, 1], [1, 1], [1, 0]], bool)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from genenv_jax import coevolve, curriculum, episodes, losses, sharding
+from genenv_jax import coevolve, curriculum, episodes, losses, scripted, sharding
 from genenv_jax.tasks import DOMAINS, arithmetic, text_verifiers
 from train import text_datasets
 from train.warmstart import SIMULATOR_STARTS
@@ -149,6 +149,17 @@ def _coevolve(config, dims) -> None:
           "'static' only with config.simulator_update.method='none' (its tasks come "
           "from the frozen warm-started simulator), not "
           f"{config.simulator_update.method!r}")
+  if (cc.generation in scripted.SCRIPTED_GENERATIONS
+      and config.simulator_update.method != "none"):
+    _fail("coevolve.generation", cc.generation,
+          f"{cc.generation!r} only with config.simulator_update.method='none' "
+          "(scripted tasks are no simulator's generations, so there is "
+          f"nothing to train it on), not {config.simulator_update.method!r}")
+  _integer(config, "coevolve.rl_seed", low=0)
+  _integer(config, "coevolve.scripted_bank_per_level", low=1)
+  _number(config, "coevolve.oracle_explore", low=0.0, high=1.0)
+  _number(config, "coevolve.level_success_ema", low=0.0, high=1.0,
+          open_low=True)
   _choice(config, "coevolve.sampling_layout", coevolve.SAMPLING_LAYOUTS)
   _number(config, "coevolve.seed_trim", low=0.0, high=0.5, open_high=True)
   written = cc.num_seeds * cc.variations

@@ -7,11 +7,11 @@ succeeds."""
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy import stats
 
 from genenv_jax import episodes
 from genenv_jax import sharding
@@ -21,11 +21,13 @@ from models.config import ModelConfig
 
 
 def sign_test_p(fixed: int, broken: int) -> float:
-  """Two-sided exact sign test: the chance, were two agents equally good, of a
-  split of the fixed + broken tasks at least this uneven."""
+  """Two-sided exact sign test (scipy.stats.binomtest at ½): the chance, were
+  two agents equally good, of a split of the fixed + broken tasks at least
+  this uneven. 1 when no task changed."""
   n = fixed + broken
-  tail = sum(math.comb(n, i) for i in range(max(fixed, broken), n + 1))
-  return min(1.0, 2.0 * tail / 2.0**n)
+  if not n:
+    return 1.0
+  return float(stats.binomtest(fixed, n, 0.5).pvalue)
 
 
 def paired_counts(before: np.ndarray, now: np.ndarray) -> dict:

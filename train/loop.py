@@ -31,6 +31,7 @@ import numpy as np
 import optax
 
 from genenv_jax import coevolve
+from genenv_jax import scripted
 from train import dispatch
 from genenv_jax import sharding
 from genenv_jax.tasks import get_domain
@@ -143,7 +144,9 @@ def create_state(config, domain, players, agent_params, simulator_params,
       generation_pool=everywhere(host["generation_pool"],
                                  shardings.generation_pool),
       rng=sharding.from_host(host["rng"], shardings.rng),
-      step=sharding.from_host(host["step"], shardings.step))
+      step=sharding.from_host(host["step"], shardings.step),
+      level_success=sharding.from_host(host["level_success"],
+                                       shardings.level_success))
   return state, shardings
 
 
@@ -188,6 +191,19 @@ def base_row_indices(config, train_difficulty: np.ndarray) -> np.ndarray:
   easy = np.flatnonzero(train_difficulty <= config.pool.base_max_difficulty)
   return np.random.default_rng(config.data.seed).permutation(easy)[
       :config.pool.num_base]
+
+
+def scripted_level_bank(config, domain, train: dict
+                        ) -> scripted.LevelBank | None:
+  """The level bank scripted generation draws from (genenv_jax/scripted.py),
+  from the seed train split {"task", "difficulty"}; None for the other
+  generation modes."""
+  if config.coevolve.generation not in scripted.SCRIPTED_GENERATIONS:
+    return None
+  return scripted.level_bank(train["task"], train["difficulty"],
+                             domain.max_difficulty,
+                             config.coevolve.scripted_bank_per_level,
+                             config.data.seed)
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
@@ -297,8 +313,10 @@ def _run(config, workdir: str, chief: bool) -> dict:
     if chief:
       jsonl.truncate_after(latest)
 
-  step_fn = coevolve.jit_step(coevolve.make_step(config, domain, players),
-                              shardings, mesh, rules)
+  step_fn = coevolve.jit_step(
+      coevolve.make_step(config, domain, players,
+                         scripted_level_bank(config, domain, train)),
+      shardings, mesh, rules)
   num_steps = config.coevolve.num_steps
   first = int(jax.device_get(state.step))
   report_progress = periodic_actions.ReportProgress(

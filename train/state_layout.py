@@ -26,6 +26,7 @@ from jax.sharding import NamedSharding
 
 from genenv_jax import coevolve
 from genenv_jax import pool as pool_lib
+from genenv_jax import scripted
 from genenv_jax import sharding
 from models import decoder
 
@@ -93,7 +94,7 @@ def state_shardings(players: coevolve.Players, state, mesh):
       simulator=player(state.simulator, players.simulator_opt, "simulator"),
       pool=everywhere(state.pool),
       generation_pool=everywhere(state.generation_pool),
-      rng=replicated, step=replicated)
+      rng=replicated, step=replicated, level_success=replicated)
 
 
 def abstract_params(model_config, mesh, rules):
@@ -109,8 +110,8 @@ def abstract_params(model_config, mesh, rules):
 
 def host_parts(config, domain, base_rows: np.ndarray,
                base_difficulty: np.ndarray) -> dict:
-  """The step-0 state's pools, rng and step as host arrays (the same on
-  every process).
+  """The step-0 state's pools, rng, step and per-level success estimate
+  (every level unknown) as host arrays (the same on every process).
 
   Args:
     base_rows: int32[Nb, task_len] D_train's base data; base_difficulty:
@@ -123,7 +124,8 @@ def host_parts(config, domain, base_rows: np.ndarray,
           config.pool.generation_capacity, domain.simulator_prompt_len,
           domain.simulator_len),
       rng=jax.random.PRNGKey(config.seed + 3),
-      step=np.int32(0))
+      step=np.int32(0),
+      level_success=scripted.initial_level_success(domain.max_difficulty))
 
 
 def abstract_state(config, domain, players: coevolve.Players,

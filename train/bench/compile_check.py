@@ -68,6 +68,7 @@ import numpy as np
 
 from genenv_jax import coevolve
 from genenv_jax import policy
+from genenv_jax import scripted
 from genenv_jax import sharding
 from genenv_jax.sampling import sample
 from genenv_jax.tasks import get_domain
@@ -276,7 +277,14 @@ def programs(setup: Setup, heldout_rows: int,
                                opt_state, batch, num_devices=setup.mesh.size))
 
   if "coevolve_step" in only:
-    step = coevolve.jit_step(coevolve.make_step(config, domain, players),
+    # Scripted generation's bank: only its shape shapes the program.
+    bank = (scripted.LevelBank(
+        np.zeros((domain.max_difficulty, config.coevolve.scripted_bank_per_level,
+                  domain.task_len), np.int32),
+        np.ones((domain.max_difficulty,), np.int32))
+            if config.coevolve.generation in scripted.SCRIPTED_GENERATIONS
+            else None)
+    step = coevolve.jit_step(coevolve.make_step(config, domain, players, bank),
                              setup.shardings, setup.mesh, setup.rules)
     out.append(compile_program(
         "coevolve_step", step.fn, setup.state, traces=step.trace_count,

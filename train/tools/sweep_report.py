@@ -20,6 +20,7 @@ import re
 
 from etils import epath
 import numpy as np
+from scipy import stats
 
 from train import heldout
 from train import metrics_log
@@ -41,6 +42,13 @@ class RunResult:
   records: list[dict]
   summary: dict
   start: str = "matched"  # config.warmstart.simulator_start
+  rl_seed: int = 0  # config.coevolve.rl_seed
+
+  @property
+  def replicate(self) -> str:
+    """What pairs runs across arms: the seed (of the shared warm-start) and
+    the stage-2 seed, "2" or "2r1"."""
+    return f"{self.seed}" + (f"r{self.rl_seed}" if self.rl_seed else "")
 
   @property
   def label(self) -> str:
@@ -67,25 +75,27 @@ def reference_of(label: str) -> str:
 
 def paired_interval(differences, level: float = 0.95
                     ) -> tuple[float, float, float]:
-  """(mean, low, high): the t-interval of the mean of paired differences
-  (nan bounds for fewer than 2)."""
-  import scipy.stats  # pylint: disable=g-import-not-at-top
+  """(mean, low, high): the t-interval (scipy.stats.ttest_1samp) of the mean
+  of paired differences (nan bounds for fewer than 2)."""
   values = np.asarray(differences, float)
   mean = float(np.mean(values))
   if len(values) < 2:
     return mean, math.nan, math.nan
-  half = (float(scipy.stats.t.ppf(0.5 + level / 2, len(values) - 1))
-          * float(np.std(values, ddof=1)) / math.sqrt(len(values)))
-  return mean, mean - half, mean + half
+  if np.ptp(values) <= 1e-12 * max(1.0, abs(mean)):  # no spread: a point
+    return mean, mean, mean
+  interval = stats.ttest_1samp(values, 0.0).confidence_interval(level)
+  return mean, float(interval.low), float(interval.high)
 
 
-def format_interval(differences) -> str:
+def format_interval(differences, signed: bool = True) -> str:
   """"+0.012 [-0.004, +0.028]": mean and 95% t-interval; the mean alone for
-  one value."""
+  one value. signed=False: without the + signs (a level, not a
+  difference)."""
   mean, low, high = paired_interval(differences)
+  spec = "+.3f" if signed else ".3f"
   if math.isnan(low):
-    return f"{mean:+.3f}"
-  return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+    return f"{mean:{spec}}"
+  return f"{mean:{spec}} [{low:{spec}}, {high:{spec}}]"
 
 
 def rollouts_per_step(config: dict) -> int:
@@ -122,7 +132,8 @@ def load_runs(sweep_dir: str) -> tuple[list[RunResult], list[str]]:
         band=cur["band"], seed=config["seed"], num_steps=num_steps,
         rollouts_per_step=rollouts_per_step(config), records=records,
         summary=run_report.summarize(records, cur["alpha"], cur["band"]),
-        start=config.get("warmstart", {}).get("simulator_start", "matched")))
+        start=config.get("warmstart", {}).get("simulator_start", "matched"),
+        rl_seed=config["coevolve"].get("rl_seed", 0)))
   return finished, unfinished
 
 
@@ -135,7 +146,8 @@ def group_runs(runs: list[RunResult]) -> dict[tuple[str, float], list[RunResult]
     groups.setdefault((run.label, run.alpha), []).append(run)
   order = sorted(groups, key=lambda k: (reference_of(k[0]),
                                         k[0] != reference_of(k[0]), k[0], k[1]))
-  return {k: sorted(groups[k], key=lambda r: r.seed) for k in order}
+  return {k: sorted(groups[k], key=lambda r: (r.seed, r.rl_seed))
+          for k in order}
 
 
 def mean_std(values) -> tuple[float, float, int]:
@@ -178,7 +190,7 @@ def results_table(groups) -> list[str]:
   for (arm, alpha), runs in groups.items():
     rollouts = sorted({r.rollouts for r in runs})
     row = [arm, f"{alpha:g}", str(len(runs)),
-           ",".join(str(r.seed) for r in runs),
+           ",".join(r.replicate for r in runs),
            " / ".join(f"{x:,}" for x in rollouts),
            format_mean_std([r.summary["eval/accuracy_start"] for r in runs]),
            format_mean_std([r.summary["eval/accuracy_end"] for r in runs])]
@@ -201,8 +213,10 @@ def comparison_table(groups) -> list[str]:
   levels = _levels([r for runs in groups.values() for r in runs])
   rows = []
   for (arm, alpha), runs in groups.items():
-    reference = {r.seed: r for r in groups.get((reference_of(arm), alpha), [])}
-    pairs = [(r, reference[r.seed]) for r in runs if r.seed in reference]
+    reference = {r.replicate: r
+                 for r in groups.get((reference_of(arm), alpha), [])}
+    pairs = [(r, reference[r.replicate]) for r in runs
+             if r.replicate in reference]
     if arm == reference_of(arm) or not pairs:
       continue
 
@@ -215,7 +229,7 @@ def comparison_table(groups) -> list[str]:
     _, low, high = paired_interval(overall)
     real = "–" if math.isnan(low) else ("yes" if low > 0 or high < 0 else "no")
     row = [arm, f"{alpha:g}", str(len(pairs)),
-           ",".join(str(r.seed) for r, _ in pairs),
+           ",".join(r.replicate for r, _ in pairs),
            format_interval(overall), f"{wins}/{len(pairs)}", real]
     for d in levels:
       level = diffs(f"eval/accuracy_d{d}_end")
@@ -266,7 +280,7 @@ def dynamics_table(groups) -> list[str]:
   for (arm, alpha), runs in groups.items():
     for r in runs:
       s = r.summary
-      row = [arm, f"{alpha:g}", str(r.seed),
+      row = [arm, f"{alpha:g}", r.replicate,
              f"{s['success_rate_first']:.2f}",
              f"{s['success_rate_second_half_mean']:.2f}",
              f"{s['second_half_in_band_frac']:.0%}",
@@ -301,7 +315,7 @@ def alpha_table(groups) -> list[str]:
       runs = groups[(arm, alpha)]
       rows.append([
           arm, f"{alpha:g}", str(len(runs)),
-          ",".join(str(r.seed) for r in runs),
+          ",".join(r.replicate for r in runs),
           format_mean_std([r.summary["success_rate_second_half_mean"]
                            for r in runs]),
           format_mean_std([r.summary["second_half_in_band_frac"]
@@ -311,6 +325,122 @@ def alpha_table(groups) -> list[str]:
     return []
   return _table(["arm", "α", "n", "seeds", "success rate (2nd half)",
                  "steps in band (2nd half)", "held-out acc. (final)"], rows)
+
+
+# The pre-registered design (docs/experiment.md): the primary statistic is
+# read from the held-out sampled success per level; the contrasts are the
+# (arm, arm) pairs it compares, paired by replicate under one condition.
+PRIMARY_METRIC = "eval/sampled_success"
+FRONTIER_RANGE = (0.05, 0.95)
+CONTRASTS = (("genenv", "frozen_env"), ("genenv", "static"),
+             ("static", "frozen_env"), ("oracle_learnability", "uniform"),
+             ("genenv", "uniform"), ("oracle_learnability", "genenv"))
+
+
+def _level_curve(run: RunResult, levels: list[int]) -> dict[int, float]:
+  """{eval step: mean over `levels` of the run's held-out sampled success}
+  at the steps where every level was evaluated."""
+  curves = [series(run.records, f"{PRIMARY_METRIC}_d{d}") for d in levels]
+  steps = sorted(set.intersection(*(set(c) for c in curves)))
+  return {t: float(np.mean([c[t] for c in curves])) for t in steps}
+
+
+def frontier_levels(runs: list[RunResult]) -> list[int]:
+  """The levels that can move: those whose held-out sampled success at step
+  0, averaged over the runs (their warm-starts; the same for every arm),
+  lies in FRONTIER_RANGE. Empty when no run evaluated sampled success."""
+  keys = {k for run in runs for r in run.records for k in r
+          if re.fullmatch(re.escape(PRIMARY_METRIC) + r"_d\d+", k)}
+  levels = []
+  for d in sorted(int(k.rsplit("_d", 1)[1]) for k in keys):
+    start = [series(r.records, f"{PRIMARY_METRIC}_d{d}").get(0) for r in runs]
+    start = [v for v in start if v is not None]
+    if start and FRONTIER_RANGE[0] <= np.mean(start) <= FRONTIER_RANGE[1]:
+      levels.append(d)
+  return levels
+
+
+def frontier_auc(run: RunResult, levels: list[int]) -> float:
+  """The primary statistic: the area under the run's frontier held-out
+  curve (mean sampled success over `levels`, trapezoid rule over its
+  evaluation steps from 0 to its last) divided by that span, i.e. the
+  frontier success averaged over the run. nan without two evaluations."""
+  curve = _level_curve(run, levels)
+  if len(curve) < 2:
+    return math.nan
+  steps = np.array(list(curve), float)
+  values = np.array(list(curve.values()))
+  area = float(np.sum((values[1:] + values[:-1]) / 2 * np.diff(steps)))
+  return area / (steps[-1] - steps[0])
+
+
+def frontier_gain(run: RunResult, levels: list[int]) -> float:
+  """Frontier held-out sampled success at the run's last evaluation minus
+  at step 0."""
+  curve = _level_curve(run, levels)
+  return (curve[max(curve)] - curve[min(curve)]) if curve else math.nan
+
+
+def _condition(label: str) -> tuple[str, str]:
+  """(arm, " [start]" or "") of an arm label."""
+  arm, bracket, start = label.partition(" [")
+  return arm, (f" [{start}" if bracket else "")
+
+
+def primary_table(groups, levels: list[int]) -> list[str]:
+  """Per (arm, α): the primary statistic and the frontier gain over step 0,
+  each as the mean over replicates with its 95% t-interval, and the
+  mechanism figures: the share of generated tasks whose attempts disagree
+  (env/informative_frac, mean over all logged windows) and the share of
+  second-half windows in the α band."""
+  rows = []
+  for (arm, alpha), runs in groups.items():
+    informative = [np.mean(list(series(r.records,
+                                       "env/informative_frac").values()))
+                   for r in runs
+                   if series(r.records, "env/informative_frac")]
+    in_band = [r.summary["second_half_in_band_frac"] for r in runs
+               if "second_half_in_band_frac" in r.summary]
+    rows.append([arm, f"{alpha:g}", str(len(runs)),
+                 ",".join(r.replicate for r in runs),
+                 format_interval([frontier_auc(r, levels) for r in runs],
+                                 signed=False),
+                 format_interval([frontier_gain(r, levels) for r in runs]),
+                 format_mean_std(informative) if informative else "–",
+                 format_mean_std(in_band) if in_band else "–"])
+  return _table(["arm", "α", "n", "replicates",
+                 "frontier AUC [95% CI]", "frontier gain, end − step 0 "
+                 "[95% CI]", "informative tasks", "2nd-half windows in band"],
+                rows)
+
+
+def contrast_table(groups, levels: list[int]) -> list[str]:
+  """The pre-registered contrasts (CONTRASTS) under each condition and α:
+  the primary statistic of arm a minus arm b, paired by replicate (same
+  warm-start, same stage-2 seed), mean with its 95% t-interval."""
+  rows = []
+  for (label, alpha), runs in groups.items():
+    arm, condition = _condition(label)
+    for a, b in CONTRASTS:
+      if arm != a or (b + condition, alpha) not in groups:
+        continue
+      other = {r.replicate: r for r in groups[(b + condition, alpha)]}
+      pairs = [(r, other[r.replicate]) for r in runs
+               if r.replicate in other]
+      if not pairs:
+        continue
+      diffs = [frontier_auc(x, levels) - frontier_auc(y, levels)
+               for x, y in pairs]
+      _, low, high = paired_interval(diffs)
+      verdict = ("–" if math.isnan(low) else
+                 f"{a} > {b}" if low > 0 else f"{a} < {b}" if high < 0
+                 else "not distinguished")
+      rows.append([f"{a}{condition} − {b}{condition}", f"{alpha:g}",
+                   str(len(pairs)), format_interval(diffs), verdict])
+  if not rows:
+    return []
+  return _table(["contrast", "α", "n pairs", "Δ frontier AUC [95% CI]",
+                 "95% CI says"], rows)
 
 
 def _mean_curve(runs: list[RunResult], name: str):
@@ -352,7 +482,7 @@ def plot(groups, out_dir: str) -> list[str]:
     for run in runs:
       s = series(run.records, "env/success_rate")
       ax.plot(list(s), list(s.values()), lw=0.8, alpha=0.6,
-              label=f"seed {run.seed}")
+              label=f"seed {run.replicate}")
     steps, mean, _ = _mean_curve(runs, "env/success_rate")
     ax.plot(steps, mean, color="black", lw=2, label="mean")
     ax.set_title(_label(arm, alpha), fontsize=10)
@@ -386,6 +516,23 @@ def plot(groups, out_dir: str) -> list[str]:
   ax.legend(fontsize=7)
   save(fig, "heldout_vs_rollouts.png")
 
+  levels = [d for d in _levels([r for rs in groups.values() for r in rs])
+            if any(series(r.records, f"agent/level_success_d{d}")
+                   for rs in groups.values() for r in rs)]
+  if levels:
+    fig, axes = plt.subplots(1, len(levels), figsize=(3.6 * len(levels), 3.2),
+                             squeeze=False, sharey=True)
+    for ax, d in zip(axes.flat, levels):
+      for (arm, alpha), runs in groups.items():
+        steps, mean, _ = _mean_curve(runs, f"agent/level_success_d{d}")
+        ax.plot(steps, mean, label=_label(arm, alpha))
+      ax.set_title(f"level {d}", fontsize=10)
+      ax.set_xlabel("co-evolution step")
+      ax.set_ylim(-0.02, 1.02)
+    axes[0, 0].set_ylabel("agent success on the step's tasks")
+    axes[0, -1].legend(fontsize=6)
+    save(fig, "level_success.png")
+
   swept = alpha_arms(groups)
   if swept:
     fig, ax = plt.subplots(figsize=(5, 4))
@@ -393,10 +540,10 @@ def plot(groups, out_dir: str) -> list[str]:
       per_run = [(a, r.summary["success_rate_second_half_mean"])
                  for a in alphas for r in groups[(arm, a)]]
       ax.scatter(*zip(*per_run), s=12, alpha=0.5)
-      stats = [mean_std([r.summary["success_rate_second_half_mean"]
-                         for r in groups[(arm, a)]]) for a in alphas]
-      ax.errorbar(alphas, [m for m, _, _ in stats],
-                  yerr=[0.0 if math.isnan(s) else s for _, s, _ in stats],
+      spread = [mean_std([r.summary["success_rate_second_half_mean"]
+                          for r in groups[(arm, a)]]) for a in alphas]
+      ax.errorbar(alphas, [m for m, _, _ in spread],
+                  yerr=[0.0 if math.isnan(s) else s for _, s, _ in spread],
                   marker="o", capsize=3, label=f"{arm} (mean ± std)")
     lo, hi = min(min(a) for a in swept.values()), max(max(a) for a in swept.values())
     ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="success rate = α")
@@ -418,7 +565,7 @@ def write_report(sweep_dir: str, out_dir: str, command: str) -> str:
                      f"metrics.jsonl); unfinished: {unfinished}.")
   groups = group_runs(runs)
   epath.Path(out_dir).mkdir(parents=True, exist_ok=True)
-  plot(groups, out_dir)
+  plotted = plot(groups, out_dir)
   rollouts = sorted({r.rollouts for r in runs})
   per_step = sorted({r.rollouts_per_step for r in runs})
   lines = [
@@ -436,6 +583,22 @@ def write_report(sweep_dir: str, out_dir: str, command: str) -> str:
     lines += ["**The runs differ in agent rollouts**; compare rows with the "
               "same count only.", ""]
   lines += results_table(groups) + [""]
+  frontier = frontier_levels(runs)
+  if frontier:
+    lines += ["## Primary statistic (pre-registered, docs/experiment.md)", "",
+              "Frontier levels (step-0 held-out sampled success, mean over "
+              f"the runs, in [{FRONTIER_RANGE[0]}, {FRONTIER_RANGE[1]}]): "
+              + ", ".join(f"d{d}" for d in frontier) + ". Frontier AUC: the "
+              "held-out sampled success averaged over those levels, "
+              "integrated over the evaluation steps (trapezoid) and divided "
+              "by the run's steps; mean over replicates with its 95% "
+              "t-interval. Informative tasks: share of generated tasks whose "
+              "attempts disagree (nonzero GRPO advantages).", ""]
+    lines += primary_table(groups, frontier) + [""]
+    contrasts = contrast_table(groups, frontier)
+    if contrasts:
+      lines += ["Contrasts, paired by replicate (same warm-start and "
+                "stage-2 seed):", ""] + contrasts + [""]
   comparison = comparison_table(groups)
   if comparison:
     lines += [f"## Arms against {REFERENCE_ARM}", "",
@@ -466,6 +629,10 @@ def write_report(sweep_dir: str, out_dir: str, command: str) -> str:
             "![simulator difficulty](difficulty.png)", "",
             "![held-out accuracy vs agent rollouts](heldout_vs_rollouts.png)",
             ""]
+  if "level_success.png" in plotted:
+    lines += ["Per-level success over time (agent/level_success_d*, the "
+              "estimate scripted curricula read), mean over replicates:", "",
+              "![per-level success](level_success.png)", ""]
   lines += ["## Runs", "",
             ", ".join(f"`{r.name}`" for r in runs) + ".", ""]
   if unfinished:
