@@ -559,7 +559,7 @@ def metric_values(metrics: dict) -> dict:
           for name, value in metrics.items()}
 
 
-def step_metrics(domain: TaskDomain, state: CoevolveState,
+def step_metrics(config, domain: TaskDomain, state: CoevolveState,
                  generation: Generation, attempts: Attempts,
                  signals: curriculum.CurriculumOutput, agent_metrics: dict,
                  simulator_kl: jax.Array, simulator_metrics: dict) -> dict:
@@ -756,8 +756,9 @@ def make_step(config, domain: TaskDomain, players: Players,
     # 8. Pools and metrics.
     pool, generation_pool, level_success = update_pools(
         config, state, generation, attempts, replay_idx, signals)
-    metrics = step_metrics(domain, state, generation, attempts, signals,
-                           agent_metrics, simulator_kl, simulator_metrics)
+    metrics = step_metrics(config, domain, state, generation, attempts,
+                           signals, agent_metrics, simulator_kl,
+                           simulator_metrics)
     metrics.update(level_success_metrics(level_success))
     new_state = CoevolveState(agent=agent, simulator=simulator, pool=pool,
                               generation_pool=generation_pool, rng=state.rng,
