@@ -203,3 +203,18 @@ def test_smoke_preset_builds_its_domain_from_the_tokenizer_cache(qwen_tokenizer_
   assert built.environment.max_turns == config.task.max_turns
   full = text_config.get_config("bfcl_multi_turn")
   assert full.task.function_docs == "bfcl" and full.task.max_prompt_tokens >= 7680
+
+
+def test_long_observations_keep_their_head_and_the_template_closing(domain):
+  messages = [{"role": "tool", "name": "cat(file_name='a')", "content": "x " * 50},
+              {"role": "tool", "name": "ls()", "content": "word " * 400}]
+  full = domain.observation_ids(messages, 10_000)
+  text = domain.tokenizer.decode(full)
+  assert text.startswith("\n<|im_start|>user") and text.endswith(
+      "<|im_end|>\n<|im_start|>assistant\n")
+  cut = domain.observation_ids(messages, 64)
+  assert len(cut) == 64 < len(full)
+  closing = domain.tokenizer("\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+                             add_special_tokens=False)["input_ids"]
+  assert cut[:64 - len(closing)] == full[:64 - len(closing)]
+  assert cut[-len(closing):] == closing

@@ -71,8 +71,10 @@ DEFAULT_SIMULATOR_INSTRUCTION = (
 NAMES_PROMPT = ("You can call these functions: {names}. Answer a request with a "
                 "list of calls, e.g. [f(a=1), g(b='x')], and with plain text when "
                 "it is done.")
-# A string no message contains: the assistant message before the observation.
+# Strings no message contains: the assistant message before an observation, and
+# the content of its last message (to find the template's closing text).
 _SENTINEL = "\u27e6genenv-action\u27e7"
+_CONTENT = "\u27e6genenv-content\u27e7"
 _CACHE_SIZE = 4096
 
 
@@ -204,7 +206,7 @@ class BfclMultiTurnDomain(TaskDomain):
     if len(ids) <= width:
       return ids
     closing = self._after_action(
-        [*messages[:-1], dict(messages[-1], content=_SENTINEL)]).rsplit(_SENTINEL, 1)[1]
+        [*messages[:-1], dict(messages[-1], content=_CONTENT)]).rsplit(_CONTENT, 1)[1]
     closing_ids = _encode(self.tokenizer, closing)
     head = _encode(self.tokenizer, rendered[:len(rendered) - len(closing)])
     return head[:max(width - len(closing_ids), 0)] + closing_ids[-width:]
