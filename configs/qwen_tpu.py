@@ -10,9 +10,8 @@ Variants (`--config=configs/qwen_tpu.py:VARIANT`):
         for v4-8 peaks at 20.8 GiB per chip
   cpu   the 7b settings (remat, chunked log-probs) with tiny shapes, small
         batches and float32: runs on a CPU with random weights
-  <size>_bfcl_multi_turn  (e.g. 7b_bfcl_multi_turn) the size's players on
-        BFCL multi-turn tool use (configs/text.py:bfcl_multi_turn), an
-        episodic domain: a prompt of up to 6,144 tokens (BFCL's system prompt
+  7b_bfcl_multi_turn  the 7b players on BFCL multi-turn tool use
+        (configs/text.py:bfcl_multi_turn), an episodic domain: a prompt of up to 6,144 tokens (BFCL's system prompt
         with the classes' docs and the first user turn), then up to 4 steps of
         256 tokens with observations of 384 between them; 8 seeds x 4
         variations + 8 replayed tasks, 8 episodes each (320 rows), 20 GRPO
@@ -105,7 +104,7 @@ SIZES = {
 }
 DEFAULT_SIZE = "7b"
 EPISODIC = "_bfcl_multi_turn"
-VARIANTS = tuple(SIZES) + ("cpu",) + tuple(size + EPISODIC for size in SIZES)
+VARIANTS = tuple(SIZES) + ("cpu", DEFAULT_SIZE + EPISODIC)
 
 # The cpu variant's players: the Qwen2.5 layout (GQA, qkv bias, tied
 # embeddings) at widths a CPU runs; the vocabulary is the tokenizer's.

@@ -218,3 +218,16 @@ def test_long_observations_keep_their_head_and_the_template_closing(domain):
                              add_special_tokens=False)["input_ids"]
   assert cut[:64 - len(closing)] == full[:64 - len(closing)]
   assert cut[-len(closing):] == closing
+
+
+def test_config_validation_names_bad_bfcl_multi_turn_fields():
+  from train import config_validation  # pylint: disable=import-outside-toplevel
+  config_validation.validate(text_config.get_config("bfcl_multi_turn_smoke"), 8)
+  for field, value in (("task.function_docs", "xml"), ("task.max_turns", 0),
+                       ("data.categories", ("multi_turn_miss_func",)),
+                       ("episodes.reward", "steps")):
+    config = text_config.get_config("bfcl_multi_turn_smoke")
+    section, name = field.split(".")
+    config[section][name] = value
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+      config_validation.validate(config, 8)
