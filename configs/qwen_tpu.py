@@ -153,6 +153,9 @@ def _episodic(c: ml_collections.ConfigDict, size: dict) -> None:
   c.coevolve.update(num_seeds=8, variations=4, attempts=8,
                     agent_minibatches=size["agent_minibatches"])
   c.pool.replay_tasks = 8
+  # 4 steps hold 2 turns of one call step and one closing step each: seeds keep
+  # their first 2 turns (150 train / 20 held-out entries fit, docs/tpu_pods.md).
+  c.data.max_seed_turns = 2
   for player in (c.agent, c.simulator):
     player.model_overrides.attention = "splash"
 

@@ -1,5 +1,8 @@
 """Seed and held-out tasks of the BFCL multi-turn domain, from the bfcl_eval wheel.
 
+  python -m train.bfcl_multi_turn_data --config=configs/text.py:bfcl_multi_turn \
+      --config.task.tokenizer_dir=DIR   # split sizes, drops, levels
+
 Each entry of the chosen categories (`multi_turn_base`, `multi_turn_miss_param`)
 becomes a written variation (`bfcl_variations.from_entry`, its first
 `max_seed_turns` turns), read back by the domain's own parser: rows that do not
@@ -91,3 +94,26 @@ def bfcl_splits(domain: BfclMultiTurnDomain, categories: Sequence[str],
         np.asarray(levels, np.int32), tuple(ids), len(chosen) - len(rows))
   return splits
 
+
+
+def main(argv) -> None:
+  """Prints each split's size, drops and levels for --config (its task's
+  widths and its data section)."""
+  del argv
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  from genenv_jax.tasks import get_domain  # pylint: disable=import-outside-toplevel
+  config = flags.FLAGS.config
+  splits = bfcl_splits(get_domain(config.task), tuple(config.data.categories),
+                       config.data.test_fraction, config.data.seed,
+                       config.data.max_seed_turns, config.task.data_dir)
+  for name, split in splits.items():
+    levels = np.bincount(split.difficulty, minlength=config.task.max_difficulty + 1)
+    print(f"{name}: {len(split.rows)} entries, {split.num_dropped} dropped, "
+          f"per level {levels[1:].tolist()}")
+
+
+if __name__ == "__main__":
+  from absl import app  # pylint: disable=g-import-not-at-top
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  config_flags.DEFINE_config_file("config", None, "A bfcl_multi_turn config.")
+  app.run(main)
