@@ -11,14 +11,15 @@ Variants (`--config=configs/qwen_tpu.py:VARIANT`):
   cpu   the 7b settings (remat, chunked log-probs) with tiny shapes, small
         batches and float32: runs on a CPU with random weights
   7b_bfcl_multi_turn  the 7b players on BFCL multi-turn tool use
-        (configs/text.py:bfcl_multi_turn), an episodic domain: a prompt of up to 6,144 tokens (BFCL's system prompt
-        with the classes' docs and the first user turn), then up to 4 steps of
-        256 tokens with observations of 384 between them; 8 seeds x 4
+        (configs/text.py:bfcl_multi_turn), an episodic domain: a prompt of up
+        to 6,144 tokens (BFCL's system prompt with the classes' docs and the
+        first user turn), then up to 4 steps of 256 tokens with observations
+        of 384 between them; seeds keep their first 2 turns; 8 seeds x 4
         variations + 8 replayed tasks, 8 episodes each (320 rows), 20 GRPO
-        minibatches of 16 rows. Its coevolve_step compiled for v4-64 peaks at
-        the figure docs/tpu_pods.md gives (compile_check with
-        --programs=coevolve_step --phases=false: the held-out program and the
-        phase models are single-answer ones).
+        minibatches of 16 rows. Its coevolve_step compiled for v4-64: the
+        peak per chip in docs/tpu_pods.md (compile_check with
+        --programs=coevolve_step: the held-out program and the phase models
+        are single-answer ones).
 
 launch/tpu_pod.sh starts it on every worker of a pod slice and fills in the
 paths of this command:

@@ -31,5 +31,6 @@ def get_domain(config: Any) -> TaskDomain:
   return DOMAINS[config.name](config)
 
 
-__all__ = ["DOMAINS", "ArithmeticDomain", "BfclMultiTurnDomain", "MazeDomain", "ParsedTasks", "TaskDomain", "TextDomain",
+__all__ = ["DOMAINS", "ArithmeticDomain", "BfclMultiTurnDomain", "MazeDomain", "ParsedTasks",
+           "TaskDomain", "TextDomain",
            "get_domain"]

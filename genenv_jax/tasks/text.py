@@ -507,8 +507,8 @@ class TextDomain(TaskDomain):
         bucket = bucket.astype(jnp.int32)
       slots.append((jnp.asarray(self.signal_tokens)[bucket],
                     jnp.asarray(self.signal_lengths)[bucket]))
-    return pack_segments(template_segments(self.simulator_template, slots, num_rows), self.simulator_prompt_len,
-                 self.pad_id)
+    return pack_segments(template_segments(self.simulator_template, slots, num_rows),
+                         self.simulator_prompt_len, self.pad_id)
 
   @staticmethod
   def _delimiter_hits(tokens: jax.Array, region: jax.Array,
