@@ -32,5 +32,4 @@ def get_domain(config: Any) -> TaskDomain:
 
 
 __all__ = ["DOMAINS", "ArithmeticDomain", "BfclMultiTurnDomain", "MazeDomain", "ParsedTasks",
-           "TaskDomain", "TextDomain",
-           "get_domain"]
+           "TaskDomain", "TextDomain", "get_domain"]
