@@ -16,8 +16,8 @@ Variants (`--config=configs/qwen_tpu.py:VARIANT`):
         first user turn), then up to 4 steps of 256 tokens with observations
         of 384 between them; seeds keep their first 2 turns; 8 seeds x 4
         variations + 8 replayed tasks, 8 episodes each (320 rows), 20 GRPO
-        minibatches of 16 rows. Its coevolve_step compiled for v4-64: the
-        peak per chip in docs/tpu_pods.md (compile_check with
+        minibatches of 16 rows. Its coevolve_step compiled for v4-64 peaks at
+        24.3 GiB per chip (docs/tpu_pods.md; compile_check with
         --programs=coevolve_step: the held-out program and the phase models
         are single-answer ones).
 
