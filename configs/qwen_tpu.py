@@ -17,7 +17,7 @@ Variants (`--config=configs/qwen_tpu.py:VARIANT`):
         of 384 between them; seeds keep their first 2 turns; 8 seeds x 4
         variations + 8 replayed tasks, 8 episodes each (320 rows), 20 GRPO
         minibatches of 16 rows. Its coevolve_step compiled for v4-64 peaks at
-        24.3 GiB per chip (docs/tpu_pods.md; compile_check with
+        24.3 GiB per chip, for v5p-64 at 24.4 GiB (docs/tpu_pods.md; compile_check with
         --programs=coevolve_step: the held-out program and the phase models
         are single-answer ones).
 
