@@ -9,7 +9,7 @@ assistant header it writes its seed's ground-truth call step or `Done.` with
 equal odds, so some of its episodes pass and some do not. The simulator is the
 preset's random tiny model: none of its generations is a valid task, so it has
 nothing to learn from here (teaching a tiny model with a 152K vocabulary to
-write one takes minutes of supervised steps on this CPU, ~5 s each).
+write one takes more supervised steps than a test affords on this CPU).
 """
 
 from __future__ import annotations
