@@ -10,6 +10,16 @@ Variants (`--config=configs/qwen_tpu.py:VARIANT`):
         for v4-8 peaks at 20.8 GiB per chip
   cpu   the 7b settings (remat, chunked log-probs) with tiny shapes, small
         batches and float32: runs on a CPU with random weights
+  7b_bfcl_multi_turn  the 7b players on BFCL multi-turn tool use
+        (configs/text.py:bfcl_multi_turn), an episodic domain: a prompt of up
+        to 6,144 tokens (BFCL's system prompt with the classes' docs and the
+        first user turn), then up to 4 steps of 256 tokens with observations
+        of 384 between them; seeds keep their first 2 turns; 8 seeds x 4
+        variations + 8 replayed tasks, 8 episodes each (320 rows), 20 GRPO
+        minibatches of 16 rows. Its coevolve_step compiled for v4-64 peaks at
+        24.3 GiB per chip, for v5p-64 at 24.4 GiB (docs/tpu_pods.md; compile_check with
+        --programs=coevolve_step: the held-out program and the phase models
+        are single-answer ones).
 
 launch/tpu_pod.sh starts it on every worker of a pod slice and fills in the
 paths of this command:
@@ -94,7 +104,8 @@ SIZES = {
                answer_tokens=1024, agent_minibatches=20),
 }
 DEFAULT_SIZE = "7b"
-VARIANTS = tuple(SIZES) + ("cpu",)
+EPISODIC = "_bfcl_multi_turn"
+VARIANTS = tuple(SIZES) + ("cpu", DEFAULT_SIZE + EPISODIC)
 
 # The cpu variant's players: the Qwen2.5 layout (GQA, qkv bias, tied
 # embeddings) at widths a CPU runs; the vocabulary is the tokenizer's.
@@ -109,8 +120,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     raise ValueError(f"configs/qwen_tpu.py: unknown variant {arg!r}; expected "
                      f"one of {VARIANTS}.")
   on_cpu = variant == "cpu"
-  size = SIZES[DEFAULT_SIZE if on_cpu else variant]
-  c = text.get_config("cpu" if on_cpu else None)
+  episodic = variant.endswith(EPISODIC)
+  size = SIZES[DEFAULT_SIZE if on_cpu else variant.removesuffix(EPISODIC)]
+  c = text.get_config("cpu" if on_cpu else
+                      "bfcl_multi_turn" if episodic else None)
   c.mesh = ml_collections.ConfigDict(size["mesh"])
   c.coevolve.logprob_chunk_size = size["logprob_chunk_size"]
   for player in (c.agent, c.simulator):
@@ -121,6 +134,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         vocab_size=size["vocab_size"]))
   if on_cpu:
     _shrink_to_cpu(c)
+  elif episodic:
+    _episodic(c, size)
   else:
     c.coevolve.update(num_seeds=16, variations=4, attempts=8,
                       agent_minibatches=size["agent_minibatches"])
@@ -129,6 +144,21 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     for player in (c.agent, c.simulator):
       player.model_overrides.attention = "splash"
   return c
+
+
+def _episodic(c: ml_collections.ConfigDict, size: dict) -> None:
+  """BFCL multi-turn episodes at TPU sizes (module doc)."""
+  c.task.update(max_prompt_tokens=6144, max_written_tokens=1536,
+                max_simulator_tokens=2048, max_turns=4, max_action_tokens=256,
+                max_observation_tokens=384)
+  c.coevolve.update(num_seeds=8, variations=4, attempts=8,
+                    agent_minibatches=size["agent_minibatches"])
+  c.pool.replay_tasks = 8
+  # 4 steps hold 2 turns of one call step and one closing step each: seeds keep
+  # their first 2 turns (150 train / 20 held-out entries fit, docs/tpu_pods.md).
+  c.data.max_seed_turns = 2
+  for player in (c.agent, c.simulator):
+    player.model_overrides.attention = "splash"
 
 
 def _shrink_to_cpu(c: ml_collections.ConfigDict) -> None:

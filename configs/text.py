@@ -14,6 +14,17 @@ Variants:
           call of a response) at widths that keep >= 95% of every single-turn
           category with a Qwen tokenizer (`python -m train.tools.bfcl_widths`
           measures it; docs/text_tasks.md has the figures).
+  bfcl_multi_turn  BFCL multi-turn tool use, an episodic domain
+          (genenv_jax/tasks/bfcl_multi_turn.py): the simulator writes a variation
+          of a BFCL entry (classes, initial state, user turns, ground-truth calls)
+          that is kept only if its ground truth runs on the APIs without an error;
+          the agent plays it against the APIs, rewarded by the official checker's
+          verdict (episodes.reward="success") or the share of turns passed
+          ("turn_sum"). Seeds are the bfcl_eval wheel's base and miss_param
+          entries, a held-out share of entry numbers kept out (see
+          train/bfcl_multi_turn_data.py and docs/text_tasks.md).
+  bfcl_multi_turn_smoke  the same at sizes a CPU runs with tiny random players:
+          first turns only, function names instead of their docs, short steps.
   smollm  GenEnv on a real chat model on a CPU: both players SmolLM2-135M-Instruct
           from $GENENV_SMOLLM2_DIR, else the cache `python -m
           train.tools.real_models smollm2` builds ($GENENV_CACHE or
@@ -35,7 +46,7 @@ import ml_collections
 
 from configs import default
 
-VARIANTS = ("cpu", "bfcl", "smollm")
+VARIANTS = ("cpu", "bfcl", "smollm", "bfcl_multi_turn", "bfcl_multi_turn_smoke")
 # Other spellings of the delimiters that chat models write.
 TASK_DELIMITER_VARIANTS = ("**New Task:**", "**New Task**:", "New task:", "New Task -",
                            "## New Task:", "## New Task", "### New Task:", "### New Task")
@@ -116,6 +127,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     _bfcl(c)
   elif arg == "smollm":
     _smollm(c)
+  elif arg in ("bfcl_multi_turn", "bfcl_multi_turn_smoke"):
+    _bfcl_multi_turn(c)
+    if arg == "bfcl_multi_turn_smoke":
+      _shrink_bfcl_multi_turn(c)
   return c
 
 
@@ -127,6 +142,70 @@ def _bfcl(c: ml_collections.ConfigDict) -> None:
       agent_instruction="{task}",  # the seed task asks for the call list itself
       max_task_tokens=2048, max_answer_tokens=384, max_written_tokens=2560,
       max_simulator_tokens=2816, max_response_tokens=1024)
+
+
+def _bfcl_multi_turn(c: ml_collections.ConfigDict) -> None:
+  """BFCL multi-turn variations played as episodes (module doc)."""
+  c.task = ml_collections.ConfigDict(dict(
+      name="bfcl_multi_turn",
+      tokenizer_dir="",          # HF tokenizer directory, usually the agent's hf_dir
+      data_dir="",               # BFCL data (function docs); "" = the bfcl_eval wheel's
+      function_docs="bfcl",      # bfcl: BFCL's prompt-mode system prompt | names
+      max_prompt_tokens=8192,    # system prompt with two classes' docs + turn 1
+      max_written_tokens=1536,   # a written variation (state, turns, calls) + EOS
+      max_simulator_tokens=2048,  # the simulator may reason before `Classes:`
+      max_turns=12,              # K agent steps per episode (all user turns)
+      max_action_tokens=256,     # A: one step, its stop token included
+      max_observation_tokens=512,  # O: execution results or the next user turn
+      calls_per_level=2,         # difficulty = ceil(ground-truth calls / this)
+      max_difficulty=4,
+      eos_token="<|im_end|>",
+      pad_token="",
+  ))
+  c.data = ml_collections.ConfigDict(dict(
+      tfds_dir="",               # unused: seeds come from the bfcl_eval wheel
+      categories=("multi_turn_base", "multi_turn_miss_param"),
+      test_fraction=0.1,         # share of entry numbers held out (all categories)
+      max_seed_turns=0,          # seeds keep their first N turns (0: all)
+      seed=0,
+  ))
+  c.episodes = ml_collections.ConfigDict(dict(
+      reward="success",          # success: the checker's verdict | turn_sum: share
+                                 # of turns passed
+      truncated="zero",          # an episode out of steps scores 0 | "mask"
+  ))
+  c.curriculum.success_threshold = 1.0
+  c.pool.update(capacity=4096, num_base=1024, base_max_difficulty=c.task.max_difficulty,
+                replay_tasks=8, generation_capacity=1024)
+  c.eval = ml_collections.ConfigDict(dict(every_steps=50, samples=0))
+
+
+def _shrink_bfcl_multi_turn(c: ml_collections.ConfigDict) -> None:
+  """Tiny random players on the project's Qwen tokenizer cache
+  (`python -m train.tools.real_models qwen_tokenizer`), first turns only,
+  function names for docs, a few short steps: sizes a 2-core CPU runs."""
+  cache = os.environ.get("GENENV_CACHE") or os.path.join(
+      os.path.expanduser("~"), ".cache", "genenv_jax")
+  c.task.update(tokenizer_dir=os.path.join(cache, "qwen-tokenizer"),
+                pad_token="<|endoftext|>", function_docs="names",
+                max_prompt_tokens=160, max_written_tokens=160,
+                max_simulator_tokens=160, max_turns=3, max_action_tokens=24,
+                max_observation_tokens=48, calls_per_level=1, max_difficulty=2)
+  c.data.update(max_seed_turns=1, test_fraction=0.2)
+  for player in (c.agent, c.simulator):
+    player.model_overrides = ml_collections.ConfigDict(dict(
+        dtype="float32", num_layers=1, hidden_size=32, intermediate_size=64,
+        num_heads=2, num_kv_heads=1, max_position_embeddings=1024))
+    player.learning_rate = 1e-3
+  # 8 generations and (8 + 8 replayed) x 2 = 32 episodes a step: rows that
+  # split evenly over up to 8 CPU devices (a minibatch: 16 rows).
+  c.coevolve.update(num_steps=3, num_seeds=4, variations=2, attempts=2,
+                    agent_minibatches=2)
+  c.pool.update(capacity=256, num_base=32, base_max_difficulty=2, replay_tasks=8,
+                generation_capacity=32)
+  c.eval = ml_collections.ConfigDict(dict(every_steps=1000, samples=0))
+  c.log_every = 1
+  c.checkpoint_every = 1000
 
 
 def smollm2_dir() -> str:

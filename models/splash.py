@@ -99,6 +99,12 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array,
     return local(q, k, v, kv_mask)
   rows, _, heads, _ = nn.logical_to_mesh_axes(
       ("batch", "length", "kv_heads", "head_dim"))
+  row_axes = () if rows is None else (rows,) if isinstance(rows, str) else rows
+  if q.shape[0] % math.prod(mesh.shape[a] for a in row_axes):
+    # Fewer rows than row shards: only the one-row batch that `init_boxed`
+    # traces to read the parameters' shapes (e.g. under eval_shape inside
+    # the step); it computes nothing.
+    return local(q, k, v, kv_mask)
   kv_spec = jax.sharding.PartitionSpec(rows, None, heads, None)
   q_spec = jax.sharding.PartitionSpec(rows, None, heads, None, None)
   return jax.shard_map(

@@ -208,11 +208,11 @@ def _fields(config: ModelConfig) -> dict:
   return {k: v for k, v in vars(config).items() if k not in COMPUTE_FIELDS}
 
 
-@pytest.mark.parametrize("size", ["0.5b", "1.5b", "7b"])
+@pytest.mark.parametrize("size", ["0.5b", "1.5b", "7b", "7b_bfcl_multi_turn"])
 def test_tpu_variants_have_the_preset_shapes_and_fitting_meshes(size):
   config = qwen_tpu.get_config(size)
   players = loop.build_players(config, types.SimpleNamespace(vocab_size=1000))
-  preset = get_preset(f"qwen2.5-{size}")
+  preset = get_preset(f"qwen2.5-{size.removesuffix(qwen_tpu.EPISODIC)}")
   for model in (players.agent_model, players.simulator_model):
     assert _fields(model) == _fields(preset)
     assert (model.dtype, model.param_dtype) == ("bfloat16", "float32")

@@ -11,7 +11,7 @@ import numpy as np
 
 from genenv_jax import sharding
 from models.config import get_preset
-from models.decoder import forward, init_params
+from models.decoder import forward, init_boxed, init_params
 from train.bench import compile_check
 from train.bench import slices
 
@@ -70,6 +70,20 @@ def test_splash_runs_per_device_on_a_mesh():
   valid = np.asarray(mask)
   np.testing.assert_allclose(np.asarray(got)[valid], np.asarray(want)[valid],
                              atol=2e-4, rtol=2e-4)
+
+
+def test_parameter_shapes_are_read_inside_a_mesh_context():
+  """`coevolve.params_for_sampling` reads the parameters' logical names by
+  tracing `init_boxed`'s one-row batch inside the step's mesh context: fewer
+  rows than row shards, which the sharded kernel cannot split."""
+  config = get_preset("tiny", num_layers=1, attention="splash_interpret")
+  mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  boxed = sharding.in_mesh(mesh, sharding.DEFAULT_RULES)(
+      lambda: jax.eval_shape(functools.partial(init_boxed, config),
+                             jax.random.PRNGKey(0)))()
+  want = init_params(config, jax.random.PRNGKey(0))
+  assert ([x.shape for x in jax.tree.leaves(boxed)]
+          == [x.shape for x in jax.tree.leaves(want)])
 
 
 def _tpu_hlo(attention: str, length: int) -> str:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from genenv_jax import coevolve, curriculum, episodes, losses, scripted, sharding
-from genenv_jax.tasks import DOMAINS, arithmetic, text_verifiers
+from genenv_jax import (coevolve, curriculum, episodes, losses, scripted,
+                        sharding)
+from genenv_jax.tasks import DOMAINS, arithmetic, bfcl_multi_turn, text_verifiers
+from train import bfcl_multi_turn_data
 from train import text_datasets
 from train.warmstart import SIMULATOR_STARTS
 
@@ -86,6 +88,21 @@ def _task_and_data(config) -> None:
     _choice(config, "episodes.truncated", episodes.TRUNCATED)
     _integer(config, "eval.samples", low=0)
     _level_weights(config, "task.levels")
+  elif config.task.name == "bfcl_multi_turn":
+    for field in ("max_prompt_tokens", "max_written_tokens", "max_turns",
+                  "max_action_tokens", "max_observation_tokens", "calls_per_level",
+                  "max_difficulty"):
+      _integer(config, f"task.{field}", low=1)
+    _choice(config, "task.function_docs", bfcl_multi_turn.FUNCTION_DOCS)
+    categories = tuple(config.data.categories)
+    if not categories or not set(categories) <= set(bfcl_multi_turn_data.CATEGORIES):
+      _fail("data.categories", categories,
+            f"some of {bfcl_multi_turn_data.CATEGORIES}")
+    _integer(config, "data.max_seed_turns", low=0)
+    _number(config, "data.test_fraction", low=0.0, high=1.0, open_low=True,
+            open_high=True)
+    _choice(config, "episodes.reward", episodes.EPISODE_REWARDS)
+    _choice(config, "episodes.truncated", episodes.TRUNCATED)
   else:
     _choice(config, "task.verifier", text_verifiers.VERIFIERS)
     for field in ("max_task_tokens", "max_answer_tokens", "max_written_tokens",

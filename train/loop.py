@@ -38,6 +38,7 @@ from genenv_jax.tasks import get_domain
 from models import decoder
 from models import hf
 from models.config import get_preset
+from train import bfcl_multi_turn_data
 from train import config_validation
 from train import checkpointing
 from train import datasets
@@ -160,6 +161,19 @@ def _seed_data(config, domain, workdir: str) -> tuple[dict, dict]:
     return maze_data.maze_splits(domain, config.data.seed,
                                  config.data.num_train,
                                  config.data.num_test_per_level)
+  if config.task.name == "bfcl_multi_turn":
+    splits = bfcl_multi_turn_data.bfcl_splits(
+        domain, tuple(config.data.categories), config.data.test_fraction,
+        config.data.seed, config.data.max_seed_turns, config.task.data_dir)
+    for name, split in splits.items():
+      if not len(split.rows):
+        raise ValueError(f"BFCL multi-turn: no {name} entry fits the domain's widths "
+                         f"({split.num_dropped} dropped; widen config.task's widths "
+                         "or lower config.data.max_seed_turns).")
+      logging.info("BFCL multi-turn seeds: %d %s entries, %d dropped.",
+                   len(split.rows), name, split.num_dropped)
+    return tuple({"task": splits[name].rows, "difficulty": splits[name].difficulty}
+                 for name in ("train", "test"))
   if config.task.name == "text":
     splits = text_datasets.load_seed_rows(config, domain, data_dir)
     for name, split in splits.items():

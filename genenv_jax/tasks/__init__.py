@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from genenv_jax.tasks.arithmetic import ArithmeticDomain
+from genenv_jax.tasks.bfcl_multi_turn import BfclMultiTurnDomain
 from genenv_jax.tasks.base import ParsedTasks, TaskDomain
 from genenv_jax.tasks.maze import MazeDomain
 from genenv_jax.tasks.text import TextDomain
@@ -17,6 +18,7 @@ DOMAINS: dict[str, Callable[[Any], TaskDomain]] = {
     "arithmetic": ArithmeticDomain.from_config,
     "text": TextDomain.from_config,
     "maze": MazeDomain.from_config,
+    "bfcl_multi_turn": BfclMultiTurnDomain.from_config,
 }
 
 
@@ -29,5 +31,5 @@ def get_domain(config: Any) -> TaskDomain:
   return DOMAINS[config.name](config)
 
 
-__all__ = ["DOMAINS", "ArithmeticDomain", "MazeDomain", "ParsedTasks", "TaskDomain", "TextDomain",
-           "get_domain"]
+__all__ = ["DOMAINS", "ArithmeticDomain", "BfclMultiTurnDomain", "MazeDomain", "ParsedTasks",
+           "TaskDomain", "TextDomain", "get_domain"]

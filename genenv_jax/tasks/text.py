@@ -156,7 +156,7 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
   return list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
 
 
-def _pack(segments: Sequence[tuple[jax.Array, jax.Array]], width: int,
+def pack_segments(segments: Sequence[tuple[jax.Array, jax.Array]], width: int,
           pad_id: int) -> tuple[jax.Array, jax.Array]:
   """Concatenates variable-length segments and left-pads the result.
 
@@ -180,6 +180,22 @@ def _pack(segments: Sequence[tuple[jax.Array, jax.Array]], width: int,
   mask = source >= 0
   out = jnp.take_along_axis(packed, jnp.clip(source, 0, width - 1), axis=1)
   return jnp.where(mask, out, pad_id), mask
+
+
+def template_segments(template: PromptTemplate,
+                      slots: Sequence[tuple[jax.Array, jax.Array]], num_rows: int
+                      ) -> list[tuple[jax.Array, jax.Array]]:
+  """The segments (`pack_segments`' input) of a prompt: the template's constant
+  pieces for every one of num_rows rows, and slot i's (tokens, lengths) where the
+  template has slot i."""
+  segments = []
+  for piece in template.pieces:
+    if isinstance(piece, int):
+      segments.append(slots[piece])
+    else:
+      ids = jnp.broadcast_to(jnp.asarray(piece, jnp.int32)[None, :], (num_rows, len(piece)))
+      segments.append((ids, jnp.full((num_rows,), len(piece), jnp.int32)))
+  return segments
 
 
 def _window(tokens: jax.Array, start: jax.Array, length: jax.Array, width: int,
@@ -392,7 +408,7 @@ class TextDomain(TaskDomain):
       raise ValueError(f"config.task has fields the text domain does not know: {unknown}; "
                        f"known: {sorted(known)}")
     domain = cls(hf.load_tokenizer(config.tokenizer_dir), **fields)
-    domain.checkpoint_stop_ids = _checkpoint_stop_ids(config.tokenizer_dir)
+    domain.checkpoint_stop_ids = checkpoint_stop_ids_of(config.tokenizer_dir)
     return domain
 
   checkpoint_stop_ids: tuple[int, ...] = ()
@@ -458,17 +474,6 @@ class TextDomain(TaskDomain):
 
   # ------------------------------------------------------------------- in JAX
 
-  def _segments(self, template: PromptTemplate, slots: Sequence[tuple[jax.Array, jax.Array]],
-                num_rows: int) -> list[tuple[jax.Array, jax.Array]]:
-    segments = []
-    for piece in template.pieces:
-      if isinstance(piece, int):
-        segments.append(slots[piece])
-      else:
-        ids = jnp.broadcast_to(jnp.asarray(piece, jnp.int32)[None, :], (num_rows, len(piece)))
-        segments.append((ids, jnp.full((num_rows,), len(piece), jnp.int32)))
-    return segments
-
   def simulator_prompt(self, seed_tasks: jax.Array,
                  success_rate: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """The simulator's prompts: the simulator instruction with each seed's text.
@@ -502,8 +507,8 @@ class TextDomain(TaskDomain):
         bucket = bucket.astype(jnp.int32)
       slots.append((jnp.asarray(self.signal_tokens)[bucket],
                     jnp.asarray(self.signal_lengths)[bucket]))
-    return _pack(self._segments(self.simulator_template, slots, num_rows), self.simulator_prompt_len,
-                 self.pad_id)
+    return pack_segments(template_segments(self.simulator_template, slots, num_rows),
+                         self.simulator_prompt_len, self.pad_id)
 
   @staticmethod
   def _delimiter_hits(tokens: jax.Array, region: jax.Array,
@@ -599,8 +604,8 @@ class TextDomain(TaskDomain):
     task_len = jnp.where(valid, task_len, 0)
     task, _ = _window(tokens, task_first, task_len, self.max_task_tokens, self.pad_id)
     task = self._unspace_first(task, task_len)
-    prompt, prompt_mask = _pack(
-        self._segments(self.agent_template, [(task, task_len)], num_rows),
+    prompt, prompt_mask = pack_segments(
+        template_segments(self.agent_template, [(task, task_len)], num_rows),
         self.agent_prompt_len, self.pad_id)
 
     row, _ = _window(tokens, task_at, written_len, self.task_len, self.pad_id)
@@ -694,7 +699,7 @@ class TextDomain(TaskDomain):
     return rows
 
 
-def _checkpoint_stop_ids(tokenizer_dir: str) -> tuple[int, ...]:
+def checkpoint_stop_ids_of(tokenizer_dir: str) -> tuple[int, ...]:
   """The eos ids of `tokenizer_dir`'s generation_config.json; () when it has
   none or names none."""
   from models import hf  # pylint: disable=import-outside-toplevel

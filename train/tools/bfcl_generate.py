@@ -28,14 +28,12 @@ import numpy as np
 from genenv_jax import sharding
 from genenv_jax.sampling import SamplingConfig, sample
 from genenv_jax.scoring import InputError, bfcl, read_jsonl
+from genenv_jax.scoring.bfcl_prompt import bfcl_system_prompt
 from genenv_jax.tasks import get_domain
 from models import hf
 from models.config import ModelConfig
 from train import loop
 from train.tools import run_checkpoints
-
-# BFCL's default prompt-mode variation: Python calls, no tag, JSON function docs.
-RETURN_FORMAT, DOC_FORMAT, PROMPT_FORMAT, STYLE = "python", "json", "plaintext", "classic"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,24 +43,6 @@ class Agent:
   model: ModelConfig
   params: Any
   tokenizer: Any
-
-
-def bfcl_system_prompt(functions: Sequence[dict[str, Any]]) -> str:
-  """BFCL's default prompt-mode system prompt for these function schemas."""
-  try:
-    from bfcl_eval.constants import default_prompts as bp  # pylint: disable=import-outside-toplevel
-  except ImportError as e:
-    raise InputError("--generate builds BFCL's prompt from the bfcl_eval package, "
-                     "which is not installed (pip install bfcl-eval)") from e
-  style = bp.PROMPT_STYLE_TEMPLATES[STYLE]
-  return bp.PROMPT_TEMPLATE_MAPPING[PROMPT_FORMAT].format(
-      persona=style["persona"], task=style["task"],
-      tool_call_format=style["tool_call_no_tag"].format(
-          output_format=bp.OUTPUT_FORMAT_MAPPING[RETURN_FORMAT],
-          param_types=bp.PARAM_TYPE_MAPPING[RETURN_FORMAT]),
-      multiturn_behavior=style["multiturn_behavior"],
-      available_tools=style["available_tools"].format(
-          format=DOC_FORMAT, functions=json.dumps(list(functions), indent=4)))
 
 
 def question_messages(record: dict[str, Any]) -> list[dict[str, str]]:

@@ -1,0 +1,134 @@
+"""Co-evolution on BFCL multi-turn at the smoke preset's sizes (configs/text.py:
+bfcl_multi_turn_smoke) on the 8-device CPU mesh: the step compiles once, plays
+episodes against the APIs inside it, parses the simulator's generations on the
+host, and the agent learns from the checker's verdicts.
+
+A random tiny agent never writes a call, so it would get no learning signal: the
+agent here is a scripted bigram sampler. From the line break that ends each
+assistant header it writes its seed's ground-truth call step or `Done.` with
+equal odds, so some of its episodes pass and some do not. The simulator is the
+preset's random tiny model: none of its generations is a valid task, so it has
+nothing to learn from here (teaching a tiny model with a 152K vocabulary to
+write one takes more supervised steps than a test affords on this CPU).
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from configs import text as text_config
+from genenv_jax import sharding
+from genenv_jax.tasks import get_domain
+from tests import step_runs
+from train import bfcl_multi_turn_data as data
+from train import loop
+
+RULES = sharding.DEFAULT_RULES
+
+
+def _bigram_player(directory, tokenizer, model, scripts) -> str:
+  """A tiny Qwen2 HF checkpoint in `directory` that samples the bigram chains of
+  `scripts`, each starting at a line break and ending with <|im_end|>:
+  attention and MLP outputs zeroed, the output head mapping each token's
+  normalised embedding to its successors."""
+  torch.manual_seed(0)
+  config = transformers.Qwen2Config(
+      vocab_size=len(tokenizer), hidden_size=model.hidden_size,
+      intermediate_size=model.intermediate_size, num_hidden_layers=model.num_layers,
+      num_attention_heads=model.num_heads, num_key_value_heads=model.num_kv_heads,
+      tie_word_embeddings=False,
+      max_position_embeddings=model.max_position_embeddings)
+  net = transformers.AutoModelForCausalLM.from_config(config)
+  newline = tokenizer("\n", add_special_tokens=False)["input_ids"]
+  end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+  with torch.no_grad():
+    for layer in net.model.layers:
+      layer.self_attn.o_proj.weight.zero_()
+      layer.mlp.down_proj.weight.zero_()
+    embedding = net.model.embed_tokens.weight
+    normed = embedding * torch.rsqrt(embedding.pow(2).mean(-1, keepdim=True)
+                                     + config.rms_norm_eps)
+    head = torch.zeros_like(net.lm_head.weight)
+    pairs = set()
+    for script in scripts:
+      chain = newline + tokenizer(script, add_special_tokens=False)["input_ids"] + [end]
+      pairs |= set(zip(chain[:-1], chain[1:]))
+    for current, following in pairs:
+      head[following] += 20.0 * normed[current] / normed[current].pow(2).sum()
+    net.lm_head.weight.copy_(head)
+  net.save_pretrained(str(directory))
+  tokenizer.save_pretrained(str(directory))
+  return str(directory)
+
+
+def _params(tree):
+  return [np.asarray(x) for x in jax.tree.leaves(jax.device_get(tree))]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, qwen_tokenizer_dir):
+  root = tmp_path_factory.mktemp("bfcl_run")
+  config = text_config.get_config("bfcl_multi_turn_smoke")
+  config.task.tokenizer_dir = qwen_tokenizer_dir
+  domain = get_domain(config.task)
+  splits = data.bfcl_splits(domain, tuple(config.data.categories),
+                            config.data.test_fraction, config.data.seed,
+                            config.data.max_seed_turns)
+  train = splits["train"]
+  seed = int(np.argmin((train.rows != domain.pad_id).sum(axis=1)))  # the shortest
+  rows, difficulty = train.rows[seed:seed + 1], train.difficulty[seed:seed + 1]
+  entry = domain.environment.host.entry(rows[0])
+  step = "[" + ", ".join(entry.ground_truth[0]) + "]"
+  config.agent.hf_dir = _bigram_player(
+      root / "agent", domain.tokenizer, loop.build_players(config, domain).agent_model,
+      [step, "Done."])
+  # Its architecture now comes from its HF directory.
+  config.agent.model_overrides = {"dtype": "float32"}
+
+  players = loop.build_players(config, domain)
+  mesh = sharding.make_mesh({"data": -1, "fsdp": 1, "tensor": 1})
+  agent_key, simulator_key = jax.random.split(jax.random.PRNGKey(config.seed))
+  agent = loop.init_player_params(players.agent_model, agent_key, mesh, RULES,
+                                  config.agent.hf_dir)
+  simulator = loop.init_player_params(players.simulator_model, simulator_key, mesh,
+                                      RULES)
+  state, shardings = loop.create_state(config, domain, players, agent, simulator,
+                                       rows, difficulty, mesh)
+  before = (_params(state.agent.params), _params(state.simulator.params))
+  state, history, traces = step_runs.run_steps(config, domain, players, state,
+                                               shardings, mesh, 3)
+  return dict(config=config, domain=domain, state=state, history=history,
+              traces=traces, before=before, step=step, rows=rows)
+
+
+def test_the_step_compiles_once_and_plays_episodes(run):
+  history, config = run["history"], run["config"]
+  assert run["traces"] == 1
+  for metrics in history:
+    for name, value in metrics.items():
+      assert np.isfinite(value), name
+    assert metrics["episode/errors"] == 0.0
+    assert 1.0 <= metrics["episode/turns"] <= config.task.max_turns
+    assert metrics["episode/observation_token_frac"] > 0.0  # results were observed
+  # Some episodes passed the checker and some did not: GRPO had a signal.
+  rewards = [m["agent/reward_mean"] for m in history]
+  assert 0.0 < max(rewards) < 1.0, rewards
+
+
+def test_the_agent_learns_and_generations_are_parsed(run):
+  state, config = run["state"], run["config"]
+  old, new = run["before"][0], _params(state.agent.params)
+  assert any(not np.array_equal(a, b) for a, b in zip(old, new))
+  assert run["history"][0]["agent/grad_norm"] > 0.0
+  # The random simulator's generations were read on the host, inside the step,
+  # and none is a task: nothing entered the pool, the simulator did not move.
+  generated = config.coevolve.num_seeds * config.coevolve.variations
+  for m in run["history"]:
+    assert m["env/valid_frac"] == 0.0 and m["env/invalid_count"] == generated
+  assert int(state.pool.size) == 1
+  old, new = run["before"][1], _params(state.simulator.params)
+  assert all(np.array_equal(a, b) for a, b in zip(old, new))

@@ -1,0 +1,119 @@
+"""Seed and held-out tasks of the BFCL multi-turn domain, from the bfcl_eval wheel.
+
+  python -m train.bfcl_multi_turn_data --config=configs/text.py:bfcl_multi_turn \
+      --config.task.tokenizer_dir=DIR   # split sizes, drops, levels
+
+Each entry of the chosen categories (`multi_turn_base`, `multi_turn_miss_param`)
+becomes a written variation (`bfcl_variations.from_entry`, its first
+`max_seed_turns` turns), read back by the domain's own parser: rows that do not
+parse (ground truth with an execution error, a ground-truth episode longer than
+max_turns) or do not fit the widths are dropped and counted.
+
+The split is by entry number: BFCL's categories are variants of one set of
+scenarios (`multi_turn_miss_param_12` is `multi_turn_base_12` with a turn that
+leaves out a parameter), so the numbers drawn for the held-out set
+(`test_fraction` of them, by a generator seeded with `seed`) are held out in every
+category, and the simulator, which only ever sees train rows and its own
+generations, never writes a variation of a held-out entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from genenv_jax.scoring import InputError
+from genenv_jax.scoring import bfcl_multi_turn as mt
+from genenv_jax.scoring import bfcl_prompt
+from genenv_jax.scoring import bfcl_variations as bv
+from genenv_jax.tasks.bfcl_multi_turn import BfclMultiTurnDomain
+
+CATEGORIES = ("multi_turn_base", "multi_turn_miss_param")
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+  """rows int32[n, task_len]; difficulty int32[n]; ids the entries' ids;
+  num_dropped entries that did not parse or fit."""
+  rows: np.ndarray
+  difficulty: np.ndarray
+  ids: tuple[str, ...]
+  num_dropped: int
+
+
+def entry_number(entry_id: str) -> int:
+  """The scenario number of an id, e.g. 12 of `multi_turn_miss_param_12`."""
+  return int(entry_id.rsplit("_", 1)[1])
+
+
+def held_out_numbers(numbers: Sequence[int], test_fraction: float, seed: int
+                     ) -> set[int]:
+  """The entry numbers held out: round(test_fraction · n) of the n distinct ones."""
+  distinct = sorted(set(numbers))
+  count = int(round(test_fraction * len(distinct)))
+  order = np.random.default_rng(seed).permutation(len(distinct))
+  return {distinct[i] for i in order[:count]}
+
+
+def bfcl_splits(domain: BfclMultiTurnDomain, categories: Sequence[str],
+                test_fraction: float, seed: int, max_seed_turns: int = 0,
+                data_dir: str = "") -> dict[str, Split]:
+  """{"train": Split, "test": Split} (module docstring).
+
+  Raises:
+    InputError: a category is not one of CATEGORIES.
+  """
+  unknown = [c for c in categories if c not in CATEGORIES]
+  if unknown or not categories:
+    raise InputError(f"config.data.categories={list(categories)}: expected some "
+                     f"of {CATEGORIES}")
+  data_dir = data_dir or bfcl_prompt.wheel_data_dir()
+  entries = [e for c in categories for e in mt.load_category(data_dir, c)]
+  held_out = held_out_numbers([entry_number(e.id) for e in entries], test_fraction,
+                              seed)
+  splits = {}
+  for name, chosen in (("train", [e for e in entries
+                                  if entry_number(e.id) not in held_out]),
+                       ("test", [e for e in entries
+                                 if entry_number(e.id) in held_out])):
+    rows, levels, ids = [], [], []
+    for entry in chosen:
+      try:
+        tokens = domain.encode_tasks([bv.from_entry(entry, max_seed_turns).text()])[0]
+      except ValueError:  # longer than max_written_tokens
+        continue
+      parsed = domain.parse_row(tokens, tokens != domain.pad_id)
+      if parsed[-2]:
+        rows.append(parsed[domain.agent_prompt_len:-2])
+        levels.append(parsed[-1])
+        ids.append(entry.id)
+    splits[name] = Split(
+        np.asarray(rows, np.int32).reshape(-1, domain.task_len),
+        np.asarray(levels, np.int32), tuple(ids), len(chosen) - len(rows))
+  return splits
+
+
+
+def main(argv) -> None:
+  """Prints each split's size, drops and levels for --config (its task's
+  widths and its data section)."""
+  del argv
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  from genenv_jax.tasks import get_domain  # pylint: disable=import-outside-toplevel
+  config = flags.FLAGS.config
+  splits = bfcl_splits(get_domain(config.task), tuple(config.data.categories),
+                       config.data.test_fraction, config.data.seed,
+                       config.data.max_seed_turns, config.task.data_dir)
+  for name, split in splits.items():
+    levels = np.bincount(split.difficulty, minlength=config.task.max_difficulty + 1)
+    print(f"{name}: {len(split.rows)} entries, {split.num_dropped} dropped, "
+          f"per level {levels[1:].tolist()}")
+
+
+if __name__ == "__main__":
+  from absl import app  # pylint: disable=g-import-not-at-top
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  config_flags.DEFINE_config_file("config", None, "A bfcl_multi_turn config.")
+  app.run(main)
