@@ -64,6 +64,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       simulator_start_offsets=ml_collections.ConfigDict(dict(hard=1, easy=-1)))
   c.coevolve.update(num_steps=120, num_seeds=8, variations=4, attempts=8,
                     agent_epochs=1, agent_minibatches=2)
+  # The simulator learns from each maze's own p̂ (its 8 episodes), imitating
+  # every maze whose episodes disagree, weighted by exp(10 R_env): mostly
+  # those nearest α. The band filter alone kept ~3% of mazes (per-seed p̂)
+  # and moved nothing in 120 steps; keeping every valid maze let the
+  # simulator collapse onto open grids with the start and goal in opposite
+  # corners, long paths the agent always walks (docs/episodes.md).
+  c.curriculum.update(per_seed=False, keep="informative",
+                      rwr_temperature=10.0)
   c.pool.update(capacity=4096, num_base=1024, base_max_difficulty=3,
                 replay_tasks=8, generation_capacity=1024)
   # Held-out mazes per level, greedily and by 4 sampled episodes each.

@@ -19,7 +19,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 
 from etils.epath import gpath
@@ -36,6 +35,7 @@ from train import metrics_log
 from train import object_store
 from train import preemption
 from train import workdir as workdir_lib
+from tests import sweep_launcher
 from train.tools import sweep_report
 
 BUCKET = "genenv-test"
@@ -249,13 +249,7 @@ def test_the_lock_on_gcs_admits_exactly_one_of_racing_runs(gcs):
 
 
 def test_sweep_report_and_launcher_checks_and_hf_export_on_gcs(runs, gcs):
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  spec = importlib.util.spec_from_file_location(
-      "launch_sweep_gcs", os.path.join(root, "launch", "sweep.py"))
-  sweep = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = sweep  # dataclasses look their module up there
-  spec.loader.exec_module(sweep)
+  sweep = sweep_launcher.load()
   config = _config(runs["tfds_dir"])
   assert sweep.is_finished(runs["remote"], 4)
   assert not sweep.is_finished(runs["remote"], 5)

@@ -3,7 +3,6 @@ training: finished runs are faked, processes are stand-in commands)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,13 +16,10 @@ from configs.sweeps import alpha as alpha_sweep
 from configs.sweeps import arms as arms_sweep
 from configs.sweeps import make_sweep
 from configs.sweeps import smoke as smoke_sweep
+from tests import sweep_launcher
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location(
-    "launch_sweep", os.path.join(ROOT, "launch", "sweep.py"))
-sweep = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = sweep  # dataclasses look their module up there
-_spec.loader.exec_module(sweep)
+sweep = sweep_launcher.load()
 
 # What each arm must set; every other field keeps the default.
 _ARM_FIELDS = {
