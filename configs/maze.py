@@ -67,9 +67,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # The simulator learns from each maze's own p̂ (its 8 episodes), imitating
   # every maze whose episodes disagree, weighted by exp(10 R_env): mostly
   # those nearest α. The band filter alone kept ~3% of mazes (per-seed p̂)
-  # and moved nothing in 120 steps; keeping every valid maze let the
-  # simulator collapse onto open grids with the start and goal in opposite
-  # corners, long paths the agent always walks (docs/episodes.md).
+  # and moved nothing in 120 steps; keeping every valid maze also imitates
+  # the mazes the agent always solves (with a faster simulator it collapsed
+  # onto open grids with the start and goal in opposite corners). Neither
+  # this nor those reach the α band in 120 steps (docs/episodes.md).
   c.curriculum.update(per_seed=False, keep="informative",
                       rwr_temperature=10.0)
   c.pool.update(capacity=4096, num_base=1024, base_max_difficulty=3,
