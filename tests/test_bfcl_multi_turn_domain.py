@@ -231,3 +231,11 @@ def test_config_validation_names_bad_bfcl_multi_turn_fields():
     config[section][name] = value
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
       config_validation.validate(config, 8)
+
+
+def test_a_task_field_the_domain_does_not_take_is_named():
+  task = text_config.get_config("bfcl_multi_turn_smoke").task
+  task.tokenizer_dir = "/nonexistent"
+  task.max_agent_step = 3  # not a field of the domain
+  with pytest.raises(ValueError, match=r"does not know: \['max_agent_step'\]"):
+    BfclMultiTurnDomain.from_config(task)

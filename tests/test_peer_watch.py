@@ -116,15 +116,21 @@ def test_a_killed_process_is_named_at_once_despite_a_long_heartbeat(
   assert "rerun the same command on each to resume" in log
 
 
-def test_a_process_stopping_on_its_error_stops_the_others_naming_it(
-    tmp_path):
-  processes, logs = _start(tmp_path, "error")
+def _run_to_end(tmp_path, how):
+  """Runs the two-process stand-in job `how` to its end: (exit statuses,
+  log texts), one each per process."""
+  processes, logs = _start(tmp_path, how)
   try:
     codes = [p.wait(timeout=120) for p in processes]
   finally:
     for p in processes:
       p.kill()
-  texts = [log.read_text() for log in logs]
+  return codes, [log.read_text() for log in logs]
+
+
+def test_a_process_stopping_on_its_error_stops_the_others_naming_it(
+    tmp_path):
+  codes, texts = _run_to_end(tmp_path, "error")
   assert codes == [peer_watch.EXIT_STATUS] * 2, texts
   assert "ValueError: a bad record in process 1's shard" in texts[1]
   assert "Process 1 of 2 stopped on the error above" in texts[1]
@@ -135,13 +141,7 @@ def test_a_process_stopping_on_its_error_stops_the_others_naming_it(
 @pytest.mark.parametrize("how, status", [("done", 0), ("preempted", 75)])
 def test_processes_ending_on_purpose_at_different_times_are_not_lost(
     tmp_path, how, status):
-  processes, logs = _start(tmp_path, how)
-  try:
-    codes = [p.wait(timeout=120) for p in processes]
-  finally:
-    for p in processes:
-      p.kill()
-  texts = [log.read_text() for log in logs]
+  codes, texts = _run_to_end(tmp_path, how)
   assert codes == [status] * 2, texts
   assert all(how in text and "stopped" not in text for text in texts), texts
 

@@ -155,16 +155,8 @@ class BfclMultiTurnDomain(TaskDomain):
 
   @classmethod
   def from_config(cls, config: Any) -> BfclMultiTurnDomain:
-    """Builds the domain from `config.task`, loading the tokenizer from tokenizer_dir."""
-    from models import hf  # pylint: disable=import-outside-toplevel
-
-    if not config.get("tokenizer_dir"):
-      raise ValueError("config.task.tokenizer_dir must name an HF tokenizer directory")
-    fields = {k: v for k, v in config.to_dict().items()
-              if k not in ("name", "tokenizer_dir")}
-    domain = cls(hf.load_tokenizer(config.tokenizer_dir), **fields)
-    domain.checkpoint_stop_ids = text.checkpoint_stop_ids_of(config.tokenizer_dir)
-    return domain
+    """Builds the domain from `config.task` (`text.from_task_config`)."""
+    return text.from_task_config(cls, config, "the bfcl_multi_turn domain")
 
   @property
   def stop_ids(self) -> tuple[int, ...]:

@@ -395,21 +395,8 @@ class TextDomain(TaskDomain):
 
   @classmethod
   def from_config(cls, config: Any) -> TextDomain:
-    """Builds the domain from `config.task`, loading the tokenizer from tokenizer_dir."""
-    from models import hf  # pylint: disable=import-outside-toplevel
-
-    if not config.get("tokenizer_dir"):
-      raise ValueError("config.task.tokenizer_dir must name an HF tokenizer directory")
-    fields = {k: v for k, v in config.to_dict().items()
-              if k not in ("name", "tokenizer_dir")}
-    known = set(inspect.signature(cls.__init__).parameters) - {"self", "tokenizer"}
-    unknown = sorted(set(fields) - known)
-    if unknown:
-      raise ValueError(f"config.task has fields the text domain does not know: {unknown}; "
-                       f"known: {sorted(known)}")
-    domain = cls(hf.load_tokenizer(config.tokenizer_dir), **fields)
-    domain.checkpoint_stop_ids = checkpoint_stop_ids_of(config.tokenizer_dir)
-    return domain
+    """Builds the domain from `config.task` (`from_task_config`)."""
+    return from_task_config(cls, config, "the text domain")
 
   checkpoint_stop_ids: tuple[int, ...] = ()
 
@@ -697,6 +684,28 @@ class TextDomain(TaskDomain):
                          f"max_written_tokens={self.task_len}")
       rows[index, :len(ids)] = ids
     return rows
+
+
+def from_task_config(cls, config: Any, what: str):
+  """`cls(tokenizer, **fields)` for a tokenizer-backed domain from
+  `config.task`: the tokenizer loaded from tokenizer_dir, every other field
+  but `name` passed to `cls.__init__` (a field it does not take is a
+  ValueError naming it), and `checkpoint_stop_ids` set from the directory's
+  generation_config.json. `what` names the domain in errors."""
+  from models import hf  # pylint: disable=import-outside-toplevel
+
+  if not config.get("tokenizer_dir"):
+    raise ValueError("config.task.tokenizer_dir must name an HF tokenizer directory")
+  fields = {k: v for k, v in config.to_dict().items()
+            if k not in ("name", "tokenizer_dir")}
+  known = set(inspect.signature(cls.__init__).parameters) - {"self", "tokenizer"}
+  unknown = sorted(set(fields) - known)
+  if unknown:
+    raise ValueError(f"config.task has fields {what} does not know: {unknown}; "
+                     f"known: {sorted(known)}")
+  domain = cls(hf.load_tokenizer(config.tokenizer_dir), **fields)
+  domain.checkpoint_stop_ids = checkpoint_stop_ids_of(config.tokenizer_dir)
+  return domain
 
 
 def checkpoint_stop_ids_of(tokenizer_dir: str) -> tuple[int, ...]:
