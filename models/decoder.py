@@ -21,11 +21,21 @@ matmuls (batch B x K; q.k contracting D, p.v contracting S) that read the cache
 in place: no copy of the cache into another order on any decode step.
 
 The cache comes in two layouts (`KVCache`): stacked arrays with a leading
-layer axis L, or per-layer tuples. An unscanned decoder writes a call's new
-entries into each per-layer array with one `dynamic_update_slice` and reads
-that array in place, so a decode loop carrying a per-layer cache copies none
-of it; a stacked cache is sliced per layer and restacked (one copy per call),
-or scanned over with `scan_layers`.
+layer axis L, or per-layer tuples. Either way a call writes only its new
+entries and reads each layer's keys and values where they lie, so a decode
+loop carrying the cache copies none of it:
+  - an unscanned decoder (per-layer cache) writes each layer's array with one
+    `dynamic_update_slice`;
+  - a scanned decoder (`scan_layers`, stacked cache) carries the whole
+    stacked cache through the layer scan: layer l writes its T new entries at
+    [l, :, :, :, cache_index] (keys) with one `dynamic_update_slice` of the
+    carried arrays, updated in place, and attends over its slice [l] of them
+    (`StackedLayerCache`). Passing the stacked cache as the scan's input and
+    output instead would write every layer's whole cache to a new stacked
+    array on every call: a copy of the cache per decode step.
+A stacked cache given to an unscanned decoder is sliced per layer and
+restacked (one copy per call); a per-layer cache given to a scanned one is
+stacked and unstacked around the scan.
 """
 
 from __future__ import annotations
@@ -56,6 +66,15 @@ class KVCache(NamedTuple):
 # Logical axes of one layer's cached keys and values.
 KEY_CACHE_AXES = ("batch", "kv_heads", "head_dim", "cache_length")
 VALUE_CACHE_AXES = ("batch", "kv_heads", "cache_length", "head_dim")
+
+
+class StackedLayerCache(NamedTuple):
+  """One scanned layer's view of a stacked cache: every layer's keys k:
+  [L, B, K, D, S] and values v: [L, B, K, S, D] (the scan's carry), and the
+  index int32 scalar of the layer the call is in."""
+  k: jax.Array
+  v: jax.Array
+  layer: jax.Array
 
 
 def init_cache(config: ModelConfig, batch: int, length: int,
@@ -198,15 +217,81 @@ def _attention_values(probs: jax.Array, values: jax.Array, cached: bool,
   return jnp.einsum("bkgts,bksd->btkgd", probs, values)
 
 
+def _write_stacked(cache: StackedLayerCache, key: jax.Array, val: jax.Array,
+                   cache_index) -> StackedLayerCache:
+  """Writes a call's keys and values [B, T, K, D] into the stacked cache at
+  layer `cache.layer`, slots [cache_index, cache_index + T), in place."""
+  zero = jnp.zeros((), jnp.int32)
+  index = jnp.asarray(cache_index, jnp.int32)
+  all_k = jax.lax.dynamic_update_slice(
+      cache.k, key.transpose(0, 2, 3, 1)[None].astype(cache.k.dtype),
+      (cache.layer, zero, zero, zero, index))
+  all_v = jax.lax.dynamic_update_slice(
+      cache.v, val.transpose(0, 2, 1, 3)[None].astype(cache.v.dtype),
+      (cache.layer, zero, zero, index, zero))
+  all_k = nn.with_logical_constraint(all_k, ("layers",) + KEY_CACHE_AXES)
+  all_v = nn.with_logical_constraint(all_v, ("layers",) + VALUE_CACHE_AXES)
+  return StackedLayerCache(all_k, all_v, cache.layer)
+
+
+def _layer_slice(cache: StackedLayerCache) -> tuple[jax.Array, jax.Array]:
+  """Layer `cache.layer`'s keys [B, K, D, S] and values [B, K, S, D]."""
+  take = functools.partial(jax.lax.dynamic_index_in_dim, index=cache.layer,
+                           keepdims=False)
+  return (nn.with_logical_constraint(take(cache.k), KEY_CACHE_AXES),
+          nn.with_logical_constraint(take(cache.v), VALUE_CACHE_AXES))
+
+
+def _decode_from_stacked(q, key, val, cache: StackedLayerCache, kv_mask,
+                         cache_index, dtype):
+  """One token's attention in a scanned layer, then its entries written.
+
+  Attends over the layer's cached slots before `cache_index` (read where
+  they lie in the stacked cache) and the token's own key and value, then
+  writes those into slot `cache_index`. Reading before writing lets the
+  compiler feed the attention's matmuls from the carried cache; written
+  first, the layer's slice is copied out of it on every step (on a TPU
+  also into another layout).
+
+  q: [B, 1, K, G, D]; key, val: [B, 1, K, D]; kv_mask: bool[B, S].
+  Returns ([B, 1, K, G, D] in `dtype`, the updated StackedLayerCache).
+  """
+  d = q.shape[-1]
+  cached_k, cached_v = _layer_slice(cache)
+  q = q[:, 0]  # [B, K, G, D]
+  own_k, own_v = key[:, 0].astype(q.dtype), val[:, 0]  # [B, K, D]
+  scores = jnp.einsum("bkgd,bkds->bkgs", q, cached_k.astype(q.dtype),
+                      preferred_element_type=jnp.float32) / math.sqrt(d)
+  own = jnp.einsum("bkgd,bkd->bkg", q, own_k,
+                   preferred_element_type=jnp.float32) / math.sqrt(d)
+  slots = jnp.arange(kv_mask.shape[1])
+  earlier = (slots[None, :] < cache_index) & kv_mask  # [B, S]
+  own_seen = jax.lax.dynamic_index_in_dim(kv_mask, cache_index, axis=1)
+  scores = jnp.where(earlier[:, None, None], scores, _NEG_INF)
+  own = jnp.where(own_seen[:, :, None], own, _NEG_INF)  # [B, K, G]
+  probs = jax.nn.softmax(jnp.concatenate([scores, own[..., None]], -1), -1)
+  out = (jnp.einsum("bkgs,bksd->bkgd", probs[..., :-1].astype(dtype),
+                    cached_v.astype(dtype))
+         + probs[..., -1:].astype(dtype) * own_v.astype(dtype)[:, :, None])
+  # The written entries are made to depend on the attention's result (0
+  # times a finite value: exact), so the write provably follows the reads
+  # and the carried cache is updated in place. Without a data dependency
+  # XLA:CPU copies the whole stacked cache twice per layer (an optimization
+  # barrier does not prevent it).
+  tie = (0.0 * out[:, None, :, 0, :1]).astype(key.dtype)  # [B, 1, K, 1]
+  return out[:, None], _write_stacked(cache, key + tie, val + tie,
+                                      cache_index)
+
+
 class Attention(nn.Module):
   config: ModelConfig
 
   @nn.compact
   def __call__(self, x, positions, kv_mask, layer_cache, cache_index):
     """x: [B, T, E]; positions: int[B, T]; kv_mask: bool[B, S];
-    layer_cache: (k [B, K, D, S], v [B, K, S, D]) or None; cache_index: int
-      scalar.
-    Returns ([B, T, E], updated layer cache or None)."""
+    layer_cache: this layer's (k [B, K, D, S], v [B, K, S, D]), a
+      StackedLayerCache, or None; cache_index: int scalar.
+    Returns ([B, T, E], the updated layer cache, same kind, or None)."""
     cfg = self.config
     e, h, k, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     q = Projection(cfg, (e,), (h, d), ("embed", "heads", "head_dim"),
@@ -220,40 +305,51 @@ class Attention(nn.Module):
     q = apply_rope(q, positions, inv_freq)
     key = apply_rope(key, positions, inv_freq)
 
-    cached = layer_cache is not None
-    if cached:
-      ck, cv = layer_cache
-      key = jax.lax.dynamic_update_slice_in_dim(
-          ck, key.transpose(0, 2, 3, 1).astype(ck.dtype), cache_index, axis=3)
-      val = jax.lax.dynamic_update_slice_in_dim(
-          cv, val.transpose(0, 2, 1, 3).astype(cv.dtype), cache_index, axis=2)
-      key = nn.with_logical_constraint(key, KEY_CACHE_AXES)
-      val = nn.with_logical_constraint(val, VALUE_CACHE_AXES)
-      layer_cache = (key, val)
-    else:
-      axes = ("batch", "length", "kv_heads", "head_dim")
-      key = nn.with_logical_constraint(key, axes)
-      val = nn.with_logical_constraint(val, axes)
-
     b, t = x.shape[:2]
-    s = key.shape[3] if cached else t
     q = q.reshape(b, t, k, h // k, d)
-    if not cached and cfg.attention != "xla":
-      # A full sequence without a cache (the scoring and training passes):
-      # the kernel never forms the [T, T] scores.
-      out = splash.splash_attention(
-          q, key, val, kv_mask,
-          interpret=cfg.attention == "splash_interpret").astype(
-              cfg.dtype).reshape(b, t, h, d)
+    if isinstance(layer_cache, StackedLayerCache) and t == 1:
+      out, layer_cache = _decode_from_stacked(q, key, val, layer_cache,
+                                              kv_mask, cache_index, cfg.dtype)
+      out = out.reshape(b, t, h, d)
     else:
-      scores = _attention_scores(q, key, cached) / math.sqrt(d)
-      q_slot = cache_index + jnp.arange(t)
-      causal = jnp.arange(s)[None, :] <= q_slot[:, None]  # [T, S]
-      allowed = causal[None] & kv_mask[:, None, :]  # [B, T, S]
-      scores = jnp.where(allowed[:, None, None], scores, _NEG_INF)
-      probs = jax.nn.softmax(scores, axis=-1)
-      out = _attention_values(probs, val, cached, cfg.dtype).reshape(
-          b, t, h, d)
+      cached = layer_cache is not None
+      if isinstance(layer_cache, StackedLayerCache):
+        # Several tokens (a prefill): written first, then the layer's slice
+        # read back; one copy of this layer's cache per call.
+        layer_cache = _write_stacked(layer_cache, key, val, cache_index)
+        key, val = _layer_slice(layer_cache)
+      elif cached:
+        ck, cv = layer_cache
+        key = jax.lax.dynamic_update_slice_in_dim(
+            ck, key.transpose(0, 2, 3, 1).astype(ck.dtype), cache_index,
+            axis=3)
+        val = jax.lax.dynamic_update_slice_in_dim(
+            cv, val.transpose(0, 2, 1, 3).astype(cv.dtype), cache_index,
+            axis=2)
+        key = nn.with_logical_constraint(key, KEY_CACHE_AXES)
+        val = nn.with_logical_constraint(val, VALUE_CACHE_AXES)
+        layer_cache = (key, val)
+      else:
+        axes = ("batch", "length", "kv_heads", "head_dim")
+        key = nn.with_logical_constraint(key, axes)
+        val = nn.with_logical_constraint(val, axes)
+      if not cached and cfg.attention != "xla":
+        # A full sequence without a cache (the scoring and training passes):
+        # the kernel never forms the [T, T] scores.
+        out = splash.splash_attention(
+            q, key, val, kv_mask,
+            interpret=cfg.attention == "splash_interpret").astype(
+                cfg.dtype).reshape(b, t, h, d)
+      else:
+        s = key.shape[3] if cached else t
+        scores = _attention_scores(q, key, cached) / math.sqrt(d)
+        q_slot = cache_index + jnp.arange(t)
+        causal = jnp.arange(s)[None, :] <= q_slot[:, None]  # [T, S]
+        allowed = causal[None] & kv_mask[:, None, :]  # [B, T, S]
+        scores = jnp.where(allowed[:, None, None], scores, _NEG_INF)
+        probs = jax.nn.softmax(scores, axis=-1)
+        out = _attention_values(probs, val, cached, cfg.dtype).reshape(
+            b, t, h, d)
     out = nn.with_logical_constraint(out, ("batch", "length", "heads",
                                            "head_dim"))
     y = Projection(cfg, (h, d), (e,), ("heads", "head_dim", "embed"),
@@ -277,7 +373,7 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-  """Pre-norm transformer block. Call signature fits `nn.scan`:
+  """Pre-norm transformer block (scanned over the layers by `_layer_step`):
   (x, layer_cache, positions, kv_mask, cache_index) -> (x, layer_cache)."""
   config: ModelConfig
 
@@ -308,6 +404,29 @@ def _block_class(config: ModelConfig):
                   prevent_cse=not config.scan_layers)
 
 
+def _layer_step(block, carry, layer, positions, kv_mask, cache_index):
+  """One layer of the scan: carry (x [B, T, E], stacked KVCache or None),
+  layer int32 scalar; the cache is updated in place (`StackedLayerCache`)."""
+  x, cache = carry
+  layer_cache = (None if cache is None else
+                 StackedLayerCache(cache.k, cache.v, layer))
+  x, layer_cache = block(x, layer_cache, positions, kv_mask, cache_index)
+  if cache is not None:
+    cache = KVCache(layer_cache.k, layer_cache.v)
+  return (x, cache), None
+
+
+def _scanned_layers(config: ModelConfig):
+  """`_layer_step` scanned over the layers: call it with (block, (x, cache),
+  layer indices int32[L], positions, kv_mask, cache_index); the block's
+  parameters are stacked on a leading axis named "layers"."""
+  return nn.scan(_layer_step, variable_axes={"params": 0},
+                 split_rngs={"params": True},
+                 in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast),
+                 length=config.num_layers,
+                 metadata_params={nn.PARTITION_NAME: "layers"})
+
+
 class Decoder(nn.Module):
   """Token ids -> logits, optionally reading and writing a KV cache."""
   config: ModelConfig
@@ -321,11 +440,9 @@ class Decoder(nn.Module):
         dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype))
     block = _block_class(cfg)
     if cfg.scan_layers:
-      self.layers = nn.scan(
-          block, variable_axes={"params": 0}, split_rngs={"params": True},
-          in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast),
-          length=cfg.num_layers,
-          metadata_params={nn.PARTITION_NAME: "layers"})(cfg)
+      # One block whose parameters carry a leading layer axis, run by
+      # `_scanned_layers`.
+      self.layers = block(cfg)
     else:
       self.layers = [block(cfg, name=f"layers_{i}")
                      for i in range(cfg.num_layers)]
@@ -358,9 +475,12 @@ class Decoder(nn.Module):
     if self.config.scan_layers:
       if per_layer:
         cache = KVCache(jnp.stack(cache.k), jnp.stack(cache.v))
-      x, cache = self.layers(x, cache, positions, kv_mask, cache_index)
-      if cache is not None:
-        cache = KVCache(*(tuple(c) if per_layer else c for c in cache))
+      layers = jnp.arange(self.config.num_layers, dtype=jnp.int32)
+      (x, cache), _ = _scanned_layers(self.config)(
+          self.layers, (x, cache), layers, positions, kv_mask,
+          jnp.asarray(cache_index, jnp.int32))
+      if per_layer:
+        cache = KVCache(*(tuple(c) for c in cache))
     else:
       new_k, new_v = [], []
       for i, layer in enumerate(self.layers):

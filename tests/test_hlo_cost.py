@@ -101,3 +101,49 @@ def test_collectives_on_a_tpu_slice_are_counted_with_their_bytes():
   # Per chip: a quarter of the product's FLOPs, or all of them after a
   # gather of w.
   assert cost.flops in (2 * 128 * 1024 * 4096 / 4, 2 * 128 * 1024 * 4096)
+
+
+# A fusion whose operand %x (f32[4, 8, 128]: a stacked array) reaches a
+# nested fusion that only slices one [8, 128] layer out of it, as a scanned
+# layer reads its KV cache from the stacked one on a TPU.
+_NESTED_SLICE = """HloModule nested
+
+%slice_layer (p0: f32[4,8,128], p1: s32[]) -> f32[8,128] {
+  %p0 = f32[4,8,128]{2,1,0} parameter(0)
+  %p1 = s32[] parameter(1)
+  %zero = s32[] constant(0)
+  %layer = f32[1,8,128]{2,1,0} dynamic-slice(%p0, %p1, %zero, %zero), dynamic_slice_sizes={1,8,128}
+  ROOT %flat = f32[8,128]{1,0} bitcast(%layer)
+}
+
+%attend (q0: f32[4,8,128], q1: s32[], q2: f32[8,128]) -> f32[8,128] {
+  %q0 = f32[4,8,128]{2,1,0} parameter(0)
+  %q1 = s32[] parameter(1)
+  %q2 = f32[8,128]{1,0} parameter(2)
+  %sliced = f32[8,128]{1,0} fusion(%q0, %q1), kind=kLoop, calls=%slice_layer
+  ROOT %sum = f32[8,128]{1,0} add(%sliced, %q2)
+}
+
+ENTRY %main (x: f32[4,8,128], i: s32[], y: f32[8,128]) -> f32[8,128] {
+  %x = f32[4,8,128]{2,1,0} parameter(0)
+  %i = s32[] parameter(1)
+  %y = f32[8,128]{1,0} parameter(2)
+  ROOT %out = f32[8,128]{1,0} fusion(%x, %i, %y), kind=kOutput, calls=%attend
+}
+"""
+
+
+def test_an_operand_a_nested_fusion_only_slices_counts_the_slice():
+  """%out reads one layer of %x (4 KiB of its 16 KiB), %y and %i, and
+  writes its result; an operand read whole would count all of %x."""
+  layer = 8 * 128 * 4
+  cost = hlo_cost.Module(_NESTED_SLICE).cost()
+  assert cost.hbm_bytes == layer + 4 + layer + layer
+  whole = _NESTED_SLICE.replace(
+      "ROOT %sum = f32[8,128]{1,0} add(%sliced, %q2)",
+      "%first = f32[1,8,128]{2,1,0} slice(%q0), slice={[0:1], [0:8], [0:128]}\n"
+      "  %row = f32[8,128]{1,0} bitcast(%first)\n"
+      "  %both = f32[8,128]{1,0} add(%sliced, %row)\n"
+      "  %all = f32[4,8,128]{2,1,0} negate(%q0)\n"
+      "  ROOT %sum = f32[8,128]{1,0} add(%both, %q2)")
+  assert hlo_cost.Module(whole).cost().hbm_bytes == 4 * layer + 4 + 2 * layer

@@ -16,7 +16,8 @@ What is counted, per device:
   - hbm_bytes: the bytes each top-level operation (a fusion, a dot, a copy,
     a collective, ...) reads and writes: its operands and its result. A
     slice counts the slice's bytes, and so does an operand a fusion only
-    slices (a scanned layer reads its own weights from the stacked ones); an
+    slices, directly, through a bitcast or in a nested fusion (a scanned
+    layer reads its own weights, and its KV cache, from the stacked ones); an
     update in place (a dynamic-update-slice, or a fusion whose root is one)
     counts the update, not the buffer. Operations inside a fusion stay on the chip and count
     nothing.
@@ -395,11 +396,39 @@ class Module:
         continue
       if param.name in in_place:
         continue
-      uses = users.get(param.name, [])
-      if uses and all(u.opcode in SLICING for u in uses):
-        total += min(full, sum(type_bytes(u.type) for u in uses))
-      else:
-        total += full
+      sliced = self._sliced_bytes(callee, param.name)
+      total += full if sliced is None else min(full, sliced)
+    return total
+
+  def _sliced_bytes(self, computation: str, value: str) -> float | None:
+    """The bytes read of `value` (a parameter or bitcast in `computation`)
+    when every use only slices it: a slice, a bitcast that is then only
+    sliced, or a nested fusion whose own parameter is only sliced. None when
+    some use reads it whole."""
+    uses = [u for u in self.computations.get(computation, [])
+            if value in u.operands]
+    if not uses:
+      return None
+    total = 0.0
+    for u in uses:
+      if u.opcode in SLICING and u.operands[0] == value:
+        total += type_bytes(u.type)
+        continue
+      inner = None
+      if u.opcode == "bitcast":
+        inner = self._sliced_bytes(computation, u.name)
+      elif u.opcode == "fusion":
+        callees = _called(u.attributes, "calls")
+        params = {int(p.args): p.name for p in
+                  self.computations.get(callees[0] if callees else "", [])
+                  if p.opcode == "parameter"}
+        numbers = [n for n, o in enumerate(u.operands) if o == value]
+        parts = [self._sliced_bytes(callees[0], params[n])
+                 if n in params else None for n in numbers]
+        inner = None if None in parts else sum(parts)
+      if inner is None:
+        return None
+      total += inner
     return total
 
   def _trip_count(self, i: Instruction) -> int | None:
