@@ -74,6 +74,14 @@ def test_a_loop_counts_its_trips_and_an_in_place_update_its_rows():
   assert trips * w_bytes <= cost.hbm_bytes, cost
   assert cost.hbm_bytes <= trips * (w_bytes + 8 * x_bytes) + 2 * buffer_bytes, cost
   assert cost.unknown_loops == 0
+  # Split by source operation: the parts add up to the whole, each loop
+  # trip counted, and the matmul (reading w on every trip) is among them.
+  sources = hlo_cost.Module(compiled.as_text()).by_source()
+  assert sum(c.hbm_bytes for _, c in sources) == cost.hbm_bytes
+  assert sum(c.flops for _, c in sources) == cost.flops
+  matmul = [c for name, c in sources if "dot_general" in name]
+  assert sum(c.flops for c in matmul) == cost.flops
+  assert sum(c.hbm_bytes for c in matmul) >= trips * w_bytes
 
 
 def test_collectives_on_a_tpu_slice_are_counted_with_their_bytes():

@@ -46,7 +46,10 @@ program over HBM). `--json` prints one JSON object per program and per
 phase (`program` / `phase`, `peak_bytes`, `temp_bytes`, `flops`,
 `hbm_bytes`, `collective_bytes`, `collectives`, `modeled_s`, `bound_s`, ...;
 a phase not compiled, `--phases=false`, only its bound) before that line,
-in place of the tables.
+in place of the tables. `--top_sources=N` adds, per compiled program and
+phase, the N source operations (their `op_name`) that move the most HBM
+bytes, every loop's trips counted (`top_sources` in JSON): where the bytes
+go.
 """
 
 from __future__ import annotations
@@ -119,6 +122,9 @@ class Program:
   flops: float = 0.0
   bytes_accessed: float = 0.0
   cost: hlo_cost.Cost = dataclasses.field(default_factory=hlo_cost.Cost)
+  # The cost split by source JAX operation, costliest bytes first
+  # (hlo_cost.Module.by_source).
+  sources: list = dataclasses.field(default_factory=list)
   error: str = ""
 
   @property
@@ -186,7 +192,9 @@ def compile_program(name: str, fn: Callable, *args,
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   program.flops = float(cost.get("flops", 0.0))
   program.bytes_accessed = float(cost.get("bytes accessed", 0.0))
-  program.cost = hlo_cost.analyse(compiled, num_devices)
+  module = hlo_cost.Module(compiled.as_text(), num_devices)
+  program.cost = module.cost()
+  program.sources = module.by_source()
   return program
 
 
@@ -482,9 +490,18 @@ def _gib(x: float) -> str:
   return f"{x / GIB:.3f}"
 
 
+def _top_sources(prog: Program, count: int) -> list[dict]:
+  """The `count` source operations that move the most HBM bytes."""
+  return [{"source": source, "hbm_bytes": cost.hbm_bytes, "flops": cost.flops,
+           "collective_bytes": cost.collective_bytes}
+          for source, cost in prog.sources[:count]]
+
+
 def _record(kind: str, name: str, prog: Program, rates: Rates,
-            bound_s: float | None, **extra) -> dict:
+            bound_s: float | None, top_sources: int = 0, **extra) -> dict:
   cost = prog.cost
+  if top_sources:
+    extra["top_sources"] = _top_sources(prog, top_sources)
   return {kind: name, "fits": prog.fits, "compiles": prog.compiles,
           "peak_bytes": prog.peak, "temp_bytes": prog.temp,
           "argument_bytes": prog.argument, "flops": cost.flops,
@@ -496,11 +513,21 @@ def _record(kind: str, name: str, prog: Program, rates: Rates,
           "bound_s": bound_s, **extra}
 
 
+def _source_lines(prog: Program, count: int) -> list[str]:
+  return [f"  {prog.name} top source: {r['hbm_bytes'] / 1e9:.1f} GB HBM, "
+          f"{r['flops'] / 1e12:.2f} TFLOP, "
+          f"{r['collective_bytes'] / 1e9:.1f} GB sent: {r['source']}"
+          for r in _top_sources(prog, count)]
+
+
 def report(tpu_slice: slices.Slice, setup: Setup, progs: list[Program],
            phase_list: list[Phase], devices_per_chip: int = 1,
-           json_lines: bool = False) -> tuple[str, bool]:
+           json_lines: bool = False,
+           top_sources: int = 0) -> tuple[str, bool]:
   """The printed report (a table, or with json_lines one JSON object per
-  program and per compiled phase) and whether every program fits."""
+  program and per compiled phase) and whether every program fits; with
+  top_sources, each compiled program's and phase's costliest source
+  operations by HBM bytes."""
   chip = tpu_slice.chip
   hbm = chip.hbm_gib * GIB / devices_per_chip
   rates = Rates(chip.peak_tflops * 1e12 / devices_per_chip,
@@ -525,13 +552,14 @@ def report(tpu_slice: slices.Slice, setup: Setup, progs: list[Program],
   if json_lines:
     lines = [hlo_cost.dumps(_record(
         "program", prog.name, prog, rates,
-        bound if prog.name == "coevolve_step" and phase_list else None))
-             for prog in progs]
+        bound if prog.name == "coevolve_step" and phase_list else None,
+        top_sources)) for prog in progs]
     for ph in phase_list:
       ideal = dict(model_flops=ph.model_flops, ideal_bytes=ph.ideal_bytes)
       bound_s = rates.bound_s(ph.model_flops, ph.ideal_bytes)
       lines.append(hlo_cost.dumps(
-          _record("phase", ph.name, ph.program, rates, bound_s, **ideal)
+          _record("phase", ph.name, ph.program, rates, bound_s, top_sources,
+                  **ideal)
           if ph.program is not None else
           {"phase": ph.name, "compiled": False, "bound_s": bound_s, **ideal}))
     return "\n".join(lines + [last]), fits
@@ -554,6 +582,7 @@ def report(tpu_slice: slices.Slice, setup: Setup, progs: list[Program],
         f"{rates.modeled_s(prog.cost):.3f}" if prog.fits else "-"]))
     if prog.error:
       lines.append(f"  {prog.name}: {prog.error}")
+    lines += _source_lines(prog, top_sources)
   if phase_list:
     lines.append("phase | model_tflops | ideal_hbm_gb | bound_s | tflops | "
                  "hbm_gb | collective_gb | modeled_s | modeled/bound")
@@ -569,6 +598,8 @@ def report(tpu_slice: slices.Slice, setup: Setup, progs: list[Program],
       else:
         row += ["-"] * 5
       lines.append(" | ".join(row))
+      if ph.program is not None:
+        lines += _source_lines(ph.program, top_sources)
   lines.append(last)
   return "\n".join(lines), fits
 
@@ -577,14 +608,16 @@ def run(config, topology: str, heldout_rows: int = 512,
         with_phases: bool = True,
         only: tuple[str, ...] = PROGRAMS,
         phase_names: tuple[str, ...] = (),
-        json_lines: bool = False) -> tuple[str, bool]:
+        json_lines: bool = False,
+        top_sources: int = 0) -> tuple[str, bool]:
   """Compiles the programs `only` names (and with_phases, the phases) for
   slice `topology`; returns (report, fits)."""
   tpu_slice = slices.parse_slice(topology)
   setup = Setup(config, tpu_slice, topology_devices(tpu_slice))
   progs = programs(setup, heldout_rows, only)
   phase_list = phases(setup, phase_names, compile_them=with_phases)
-  return report(tpu_slice, setup, progs, phase_list, json_lines=json_lines)
+  return report(tpu_slice, setup, progs, phase_list, json_lines=json_lines,
+                top_sources=top_sources)
 
 
 def main(argv):
@@ -596,7 +629,7 @@ def main(argv):
                     FLAGS.phases,
                     tuple(p for p in FLAGS.programs if p != "none")
                     if FLAGS.programs else PROGRAMS,
-                    tuple(FLAGS.phase_names), FLAGS.json)
+                    tuple(FLAGS.phase_names), FLAGS.json, FLAGS.top_sources)
   print(text, flush=True)
   sys.exit(0 if fits else 1)
 
@@ -619,6 +652,9 @@ def define_flags() -> None:
                     "phases (default: all; names as in the module doc).")
   flags.DEFINE_bool("json", False, "Print one JSON object per program and "
                     "per phase instead of the tables (the last line stays).")
+  flags.DEFINE_integer("top_sources", 0, "Per compiled program and phase, "
+                       "list this many source operations (op_name) that move "
+                       "the most HBM bytes, loops' trips counted.")
   flags.DEFINE_bool("phases", True, "Also compile each phase of the step on its "
                     "own for the roofline (takes about as long again).")
 

@@ -218,6 +218,47 @@ class Module:
   def cost(self) -> Cost:
     return self._computation(self.entry)
 
+  def by_source(self) -> list[tuple[str, Cost]]:
+    """The module's cost split by the JAX operation each top-level
+    instruction came from (its `op_name` metadata, else its opcode), every
+    loop's trips counted, costliest HBM bytes first: where the bytes go."""
+    totals: dict[str, Cost] = collections.defaultdict(Cost)
+
+    def walk(name: str, times: float) -> None:
+      for i in self.computations.get(name, []):
+        callees = self._control_callees(i)
+        if callees is not None:
+          for callee, trips in callees:
+            walk(callee, times * trips)
+          continue
+        source = re.search(r'op_name="([^"]*)"', i.attributes)
+        totals[source.group(1) if source else i.opcode].add(
+            self._instruction(i), times)
+    walk(self.entry, 1.0)
+    return sorted(totals.items(), key=lambda item: -item[1].hbm_bytes)
+
+  def _control_callees(self, i: Instruction) -> list[tuple[str, int]] | None:
+    """(computation, times it runs) of a control instruction (a loop, a
+    branch, a call), None for any other: the computations `_instruction`
+    adds up for it."""
+    if i.opcode == "while":
+      return [(body, self._trip_count(i) or 1)
+              for body in _called(i.attributes, "body")]
+    if i.opcode == "conditional":
+      branches = (_called(i.attributes, "branch_computations")
+                  or _called(i.attributes, "true_computation")
+                  + _called(i.attributes, "false_computation"))
+      if not branches:
+        return []
+      costliest = max(branches, key=lambda b: (self._computation(b).flops,
+                                               self._computation(b).hbm_bytes))
+      return [(costliest, 1)]
+    if i.opcode == "call":
+      return [(c, 1) for c in _called(i.attributes, "to_apply")]
+    if i.opcode in ("async-start", "call-start"):
+      return [(c, 1) for c in _called(i.attributes, "calls")]
+    return None
+
   # -------------------------------------------------------------- computations
 
   def _computation(self, name: str) -> Cost:
@@ -295,29 +336,12 @@ class Module:
   def _instruction(self, i: Instruction) -> Cost:
     cost = Cost()
     op = i.opcode
-    if op == "while":
-      trips = self._trip_count(i)
-      if trips is None:
+    callees = self._control_callees(i)
+    if callees is not None:
+      if op == "while" and self._trip_count(i) is None:
         cost.unknown_loops += 1
-        trips = 1
-      for body in _called(i.attributes, "body"):
-        cost.add(self._computation(body), trips)
-      return cost
-    if op == "conditional":
-      branches = (_called(i.attributes, "branch_computations")
-                  or _called(i.attributes, "true_computation")
-                  + _called(i.attributes, "false_computation"))
-      costs = [self._computation(b) for b in branches]
-      if costs:
-        cost.add(max(costs, key=lambda c: (c.flops, c.hbm_bytes)))
-      return cost
-    if op == "call":
-      for callee in _called(i.attributes, "to_apply"):
-        cost.add(self._computation(callee))
-      return cost
-    if op in ("async-start", "call-start"):
-      for callee in _called(i.attributes, "calls"):
-        cost.add(self._computation(callee))
+      for callee, times in callees:
+        cost.add(self._computation(callee), times)
       return cost
     kind = op[:-len("-start")] if op.endswith("-start") else op
     if kind in COLLECTIVES:
