@@ -53,6 +53,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         max_position_embeddings=256))
   c.agent.learning_rate = 1e-4
   c.simulator.learning_rate = 1e-4
+  c.grpo.kl_coef = 0.001  # the maze runs' (docs/episodes.md)
   c.warmstart.update(
       agent_steps=500, simulator_steps=1000, batch_size=64,
       # Shortest paths through mostly easy mazes (levels 1..5).

@@ -42,6 +42,10 @@ What each size sets (everything else is configs/text.py):
   - coevolve.logprob_chunk_size: response positions whose logits [rows,
     chunk, 152k] are formed at once when scoring responses
     (genenv_jax/policy.py); smaller saves memory, larger feeds the MXU better.
+  - coevolve.decode_windows=4: the decode loop runs in 4 parts attending
+    to the prompt and 1/4, 1/2, 3/4, all of the response slots, so decode
+    steps read 5/8 of the response's KV cache on average instead of all of
+    it (docs/tpu_pods.md, "Decoding").
   - coevolve.sampling_layout="gathered" (from configs/default.py): once per
     step each player's weights are gathered whole over fsdp (still split over
     tensor) for decoding, so the decode loop does not gather them again at
@@ -104,6 +108,7 @@ SIZES = {
                answer_tokens=1024, agent_minibatches=20),
 }
 DEFAULT_SIZE = "7b"
+DECODE_WINDOWS = 4
 EPISODIC = "_bfcl_multi_turn"
 VARIANTS = tuple(SIZES) + ("cpu", DEFAULT_SIZE + EPISODIC)
 
@@ -126,6 +131,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                       "bfcl_multi_turn" if episodic else None)
   c.mesh = ml_collections.ConfigDict(size["mesh"])
   c.coevolve.logprob_chunk_size = size["logprob_chunk_size"]
+  c.coevolve.decode_windows = DECODE_WINDOWS
   for player in (c.agent, c.simulator):
     player.model = size["model"]
     player.model_overrides = ml_collections.ConfigDict(dict(

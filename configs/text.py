@@ -114,6 +114,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Paper: AdamW, lr 1e-6 (agent) and 5e-7 (simulator).
   c.agent.learning_rate = 1e-6
   c.simulator.learning_rate = 5e-7
+  c.grpo.kl_coef = 0.001
 
   c.warmstart.update(agent_steps=0, simulator_steps=0)  # instruction-tuned players start as they are
   c.coevolve.update(num_steps=200, num_seeds=8, variations=4, attempts=8,

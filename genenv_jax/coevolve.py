@@ -675,9 +675,13 @@ def sampling_configs(config, domain: TaskDomain
   cc = config.coevolve
   stop = dict(eos_ids=domain.stop_ids, pad_id=domain.pad_id)
   return (SamplingConfig(max_new_tokens=domain.simulator_len,
-                         temperature=cc.simulator_temperature, **stop),
+                         temperature=cc.simulator_temperature,
+                         decode_windows=min(cc.decode_windows,
+                                            domain.simulator_len), **stop),
           SamplingConfig(max_new_tokens=domain.response_len,
-                         temperature=cc.agent_temperature, **stop))
+                         temperature=cc.agent_temperature,
+                         decode_windows=min(cc.decode_windows,
+                                            domain.response_len), **stop))
 
 
 def make_step(config, domain: TaskDomain, players: Players,

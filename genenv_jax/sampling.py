@@ -47,6 +47,10 @@ class SamplingConfig:
     eos_ids: stop ids; a row stops after emitting one (the stop token itself
       is part of the output, with mask True).
     pad_id: token written after a row has stopped.
+    decode_windows: K; the decode loop runs in K parts, part k attending to
+      the prompt and the first ceil(N (k + 1) / K) generation slots, so
+      decode steps read about (P + N (K + 1) / 2K) slots on average rather
+      than P + N (each part a loop compiled on its own).
   """
 
   max_new_tokens: int
@@ -55,6 +59,7 @@ class SamplingConfig:
   top_p: float = 1.0
   eos_ids: tuple[int, ...] = ()
   pad_id: int = 0
+  decode_windows: int = 1
 
   def __post_init__(self):
     if self.max_new_tokens < 1:
@@ -66,6 +71,9 @@ class SamplingConfig:
     if self.top_k < 0:
       raise ValueError(f"SamplingConfig.top_k={self.top_k} must be >= 0 "
                        "(0 disables it).")
+    if not 1 <= self.decode_windows <= self.max_new_tokens:
+      raise ValueError(f"SamplingConfig.decode_windows={self.decode_windows} "
+                       f"must be in [1, max_new_tokens={self.max_new_tokens}].")
     if not 0.0 < self.top_p <= 1.0:
       raise ValueError(f"SamplingConfig.top_p={self.top_p} must be in (0, 1] "
                        "(1 disables it).")
@@ -421,12 +429,9 @@ def sample(model_config: ModelConfig, params, prompt_tokens: jax.Array,
       logprobs=jnp.zeros((rows, n), jnp.float32).at[:, 0].set(first_logprobs),
       mask=jnp.zeros((rows, n), bool).at[:, 0].set(True))
 
-  def keep_going(state: _LoopState) -> jax.Array:
-    return (state.step + 1 < n) & ~jnp.all(state.done)
-
-  def next_token(state: _LoopState) -> _LoopState:
+  def next_token(state: _LoopState, context: PromptCache) -> _LoopState:
     step_logits, cache = decode_step(
-        model_config, params, prompt_cache._replace(cache=state.cache),
+        model_config, params, context._replace(cache=state.cache),
         state.last_tokens, state.step)
     step = state.step + 1
     new, new_logprobs = choose_tokens(step_logits, _at_step(uniforms, step),
@@ -443,10 +448,25 @@ def sample(model_config: ModelConfig, params, prompt_tokens: jax.Array,
             jnp.where(live, new_logprobs, 0.0)),
         mask=state.mask.at[:, step].set(live))
 
-  if n > 1:
-    state = jax.lax.while_loop(keep_going, next_token, state)
+  # Part k writes tokens up to end_k - 1: its steps feed tokens (slots
+  # P + step) below end_k - 1, so it attends to the first P + end_k slots.
+  prompt_length = prompt_tokens.shape[1]
+  for end in window_ends(n, sampling.decode_windows):
+    if end < 2:
+      continue
+    context = prompt_cache._replace(
+        kv_mask=prompt_cache.kv_mask[:, :prompt_length + end])
+    state = jax.lax.while_loop(
+        lambda state, end=end: (state.step + 1 < end) & ~jnp.all(state.done),
+        functools.partial(next_token, context=context), state)
   lengths = jnp.sum(state.mask, axis=1, dtype=jnp.int32)
   return SampleOutput(state.tokens, state.logprobs, state.mask, lengths)
+
+
+def window_ends(num_tokens: int, windows: int) -> list[int]:
+  """The token counts ceil(N (k + 1) / K), k < K, at which the decode loop's
+  parts end (the last one N)."""
+  return [-(-num_tokens * (k + 1) // windows) for k in range(windows)]
 
 
 def make_sampler(model_config: ModelConfig, sampling: SamplingConfig,

@@ -13,7 +13,10 @@ The cache is a plain pytree passed in and out (no mutable collections), so the
 same `apply` serves training (no cache), prefill and single-token decode.
 Attention works in "slots": token i of a call sits in slot `cache_index + i`;
 it sees every slot s <= its own whose `kv_mask[b, s]` is true. Without a cache
-the slots are the call's own tokens (S = T, cache_index = 0).
+the slots are the call's own tokens (S = T, cache_index = 0). With one,
+kv_mask may be narrower than the cache: a call attends to the first W =
+kv_mask.shape[1] slots only and reads no more of the cache (a sampler
+decoding its first tokens needs the prompt and few generation slots).
 
 Cached keys are stored transposed, [B, K, D, S], and cached values as
 [B, K, S, D], so that a call's attention over the cache is a pair of batched
@@ -234,12 +237,16 @@ def _write_stacked(cache: StackedLayerCache, key: jax.Array, val: jax.Array,
   return StackedLayerCache(all_k, all_v, cache.layer)
 
 
-def _layer_slice(cache: StackedLayerCache) -> tuple[jax.Array, jax.Array]:
-  """Layer `cache.layer`'s keys [B, K, D, S] and values [B, K, S, D]."""
+def _layer_slice(cache: StackedLayerCache,
+                 width: int) -> tuple[jax.Array, jax.Array]:
+  """Layer `cache.layer`'s keys [B, K, D, W] and values [B, K, W, D] in the
+  first `width` slots."""
   take = functools.partial(jax.lax.dynamic_index_in_dim, index=cache.layer,
                            keepdims=False)
-  return (nn.with_logical_constraint(take(cache.k), KEY_CACHE_AXES),
-          nn.with_logical_constraint(take(cache.v), VALUE_CACHE_AXES))
+  return (nn.with_logical_constraint(take(cache.k)[..., :width],
+                                     KEY_CACHE_AXES),
+          nn.with_logical_constraint(take(cache.v)[:, :, :width],
+                                     VALUE_CACHE_AXES))
 
 
 def _decode_from_stacked(q, key, val, cache: StackedLayerCache, kv_mask,
@@ -253,11 +260,12 @@ def _decode_from_stacked(q, key, val, cache: StackedLayerCache, kv_mask,
   first, the layer's slice is copied out of it on every step (on a TPU
   also into another layout).
 
-  q: [B, 1, K, G, D]; key, val: [B, 1, K, D]; kv_mask: bool[B, S].
+  q: [B, 1, K, G, D]; key, val: [B, 1, K, D]; kv_mask: bool[B, W], the
+  first W slots of the cache attended to.
   Returns ([B, 1, K, G, D] in `dtype`, the updated StackedLayerCache).
   """
   d = q.shape[-1]
-  cached_k, cached_v = _layer_slice(cache)
+  cached_k, cached_v = _layer_slice(cache, kv_mask.shape[1])
   q = q[:, 0]  # [B, K, G, D]
   own_k, own_v = key[:, 0].astype(q.dtype), val[:, 0]  # [B, K, D]
   scores = jnp.einsum("bkgd,bkds->bkgs", q, cached_k.astype(q.dtype),
@@ -288,7 +296,8 @@ class Attention(nn.Module):
 
   @nn.compact
   def __call__(self, x, positions, kv_mask, layer_cache, cache_index):
-    """x: [B, T, E]; positions: int[B, T]; kv_mask: bool[B, S];
+    """x: [B, T, E]; positions: int[B, T]; kv_mask: bool[B, W] (W <= S, the
+      cache's slots, see the module doc);
     layer_cache: this layer's (k [B, K, D, S], v [B, K, S, D]), a
       StackedLayerCache, or None; cache_index: int scalar.
     Returns ([B, T, E], the updated layer cache, same kind, or None)."""
@@ -317,7 +326,7 @@ class Attention(nn.Module):
         # Several tokens (a prefill): written first, then the layer's slice
         # read back; one copy of this layer's cache per call.
         layer_cache = _write_stacked(layer_cache, key, val, cache_index)
-        key, val = _layer_slice(layer_cache)
+        key, val = _layer_slice(layer_cache, kv_mask.shape[1])
       elif cached:
         ck, cv = layer_cache
         key = jax.lax.dynamic_update_slice_in_dim(
@@ -329,6 +338,8 @@ class Attention(nn.Module):
         key = nn.with_logical_constraint(key, KEY_CACHE_AXES)
         val = nn.with_logical_constraint(val, VALUE_CACHE_AXES)
         layer_cache = (key, val)
+        width = kv_mask.shape[1]
+        key, val = key[..., :width], val[:, :, :width]
       else:
         axes = ("batch", "length", "kv_heads", "head_dim")
         key = nn.with_logical_constraint(key, axes)
@@ -459,8 +470,9 @@ class Decoder(nn.Module):
     Args:
       tokens: int32[B, T].
       positions: int32[B, T] RoPE positions (count of real tokens before).
-      kv_mask: bool[B, S]: which key slots hold real tokens (S = T without a
-        cache, the cache length with one).
+      kv_mask: bool[B, W]: which key slots hold real tokens (W = T without a
+        cache); with a cache, the first W of its S slots are attended to (W
+        at most S, and past the call's last slot cache_index + T - 1).
       cache: KVCache (stacked or per-layer, see `KVCache`), or None.
       cache_index: int32 scalar, the slot of tokens[:, 0].
       return_hidden: return final-norm hidden states [B, T, E] instead of
@@ -469,6 +481,11 @@ class Decoder(nn.Module):
     Returns:
       (logits f32[B, T, V] or hidden [B, T, E], updated cache or None).
     """
+    if cache is not None:
+      slots = cache.k[0].shape[-1]  # layer 0's [B, K, D, S], either layout
+      if kv_mask.shape[1] > slots:
+        raise ValueError(f"kv_mask {kv_mask.shape} attends to more slots "
+                         f"than the KV cache holds ({slots}).")
     x = self.embed(tokens)
     x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
     per_layer = cache is not None and is_per_layer(cache)

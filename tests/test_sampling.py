@@ -7,6 +7,7 @@ cached so each shape compiles once per module.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import flax.linen as nn
@@ -308,6 +309,29 @@ def test_seeds_are_reproducible_and_shapes_compile_once():
   # The G samples of one prompt are drawn independently.
   assert np.any(np.asarray(first.tokens[0]) != np.asarray(first.tokens[1]))
   assert sampler._cache_size() == 1
+
+
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_decode_windows_change_no_token(scan_layers):
+  """The decode loop in 3 parts (attending to 3, 6, then all 8 of the
+  response's slots) draws the same tokens with the same log-probs as one
+  loop over every slot, rows stopping in every part included."""
+  _, _, prompts, prompt_mask, _ = _stopping_setup()
+  config = _config(vocab_size=16, scan_layers=scan_layers)
+  params = _random_params(config, 4)
+  assert sampling.window_ends(8, 3) == [3, 6, 8]
+  windowed = dataclasses.replace(_STOPPING, decode_windows=3)
+  one_loop = _cached_sampler(config, _STOPPING, 3)
+  parts = _cached_sampler(config, windowed, 3)
+  lengths = []
+  for seed in range(3):
+    want = one_loop(params, prompts, prompt_mask, jax.random.key(seed))
+    got = parts(params, prompts, prompt_mask, jax.random.key(seed))
+    np.testing.assert_array_equal(got.tokens, want.tokens)
+    np.testing.assert_array_equal(got.lengths, want.lengths)
+    np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-6)
+    lengths += np.asarray(want.lengths).tolist()
+  assert min(lengths) <= 3 and max(lengths) > 6, lengths
 
 
 def test_every_row_stopping_at_once_ends_generation():

@@ -156,6 +156,7 @@ def _coevolve(config, dims) -> None:
     _integer(config, f"coevolve.{field}", low=1)
   if "logprob_chunk_size" in cc:
     _integer(config, "coevolve.logprob_chunk_size", low=1)
+  _integer(config, "coevolve.decode_windows", low=1)
   _number(config, "coevolve.agent_temperature", low=0.0, open_low=True)
   simulator_trained = config.simulator_update.method != "none"
   _number(config, "coevolve.simulator_temperature", low=0.0,

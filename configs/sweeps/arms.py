@@ -20,6 +20,10 @@ from configs.sweeps import make_sweep
 SEEDS = (0, 1, 2)
 # Shared by the α sweep, so that runs with the same name are the same run.
 OVERRIDES = {
+    # The agent settings the sweep ran with (configs/default.py's before
+    # the pre-registered pilot).
+    "agent": {"learning_rate": 3e-5},
+    "grpo": {"kl_coef": 0.001},
     "coevolve": {"num_steps": 60},
     "eval": {"every_steps": 10},
     "checkpoint_every": 20,

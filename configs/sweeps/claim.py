@@ -39,6 +39,10 @@ SEEDS = {"genenv": (0, 1, 2, 3, 4), "frozen_env": (0, 1, 2, 3, 4)}
 OTHER_SEEDS = (0, 1, 2)
 ALPHAS = (0.3, 0.7)  # beside 0.5, genenv under the "hard" start
 OVERRIDES = {
+    # The agent settings the sweep ran with (configs/default.py's before
+    # the pre-registered pilot).
+    "agent": {"learning_rate": 3e-5},
+    "grpo": {"kl_coef": 0.001},
     "coevolve": {"num_steps": 80},
     "eval": {"every_steps": 20},
     "checkpoint_every": 20,
