@@ -448,17 +448,24 @@ def sample(model_config: ModelConfig, params, prompt_tokens: jax.Array,
             jnp.where(live, new_logprobs, 0.0)),
         mask=state.mask.at[:, step].set(live))
 
-  # Part k writes tokens up to end_k - 1: its steps feed tokens (slots
-  # P + step) below end_k - 1, so it attends to the first P + end_k slots.
+  # Part k writes tokens up to end_k - 1, at most end_k - end_{k-1} of them
+  # (its loop counts from 0, so that the compiled loop's trip count reads
+  # off its condition): its steps feed tokens (slots P + step) below
+  # end_k - 1, so it attends to the first P + end_k slots.
   prompt_length = prompt_tokens.shape[1]
+  start = 1
   for end in window_ends(n, sampling.decode_windows):
-    if end < 2:
+    if end <= start:
       continue
     context = prompt_cache._replace(
         kv_mask=prompt_cache.kv_mask[:, :prompt_length + end])
-    state = jax.lax.while_loop(
-        lambda state, end=end: (state.step + 1 < end) & ~jnp.all(state.done),
-        functools.partial(next_token, context=context), state)
+    _, state = jax.lax.while_loop(
+        lambda count_state, trips=end - start: (
+            (count_state[0] < trips) & ~jnp.all(count_state[1].done)),
+        lambda count_state, context=context: (
+            count_state[0] + 1, next_token(count_state[1], context)),
+        (jnp.zeros((), jnp.int32), state))
+    start = end
   lengths = jnp.sum(state.mask, axis=1, dtype=jnp.int32)
   return SampleOutput(state.tokens, state.logprobs, state.mask, lengths)
 

@@ -241,12 +241,18 @@ def _layer_slice(cache: StackedLayerCache,
                  width: int) -> tuple[jax.Array, jax.Array]:
   """Layer `cache.layer`'s keys [B, K, D, W] and values [B, K, W, D] in the
   first `width` slots."""
-  take = functools.partial(jax.lax.dynamic_index_in_dim, index=cache.layer,
-                           keepdims=False)
-  return (nn.with_logical_constraint(take(cache.k)[..., :width],
-                                     KEY_CACHE_AXES),
-          nn.with_logical_constraint(take(cache.v)[:, :, :width],
-                                     VALUE_CACHE_AXES))
+  # One dynamic slice per array (layer and slots at once), which the
+  # attention's matmuls read in place; a static slice of the layer's
+  # dynamic slice is copied out on a TPU.
+  zero = jnp.zeros((), jnp.int32)
+  _, b, k, d, _ = cache.k.shape
+  keys = jax.lax.dynamic_slice(cache.k, (cache.layer, zero, zero, zero, zero),
+                               (1, b, k, d, width))[0]
+  values = jax.lax.dynamic_slice(cache.v,
+                                 (cache.layer, zero, zero, zero, zero),
+                                 (1, b, k, width, d))[0]
+  return (nn.with_logical_constraint(keys, KEY_CACHE_AXES),
+          nn.with_logical_constraint(values, VALUE_CACHE_AXES))
 
 
 def _decode_from_stacked(q, key, val, cache: StackedLayerCache, kv_mask,
