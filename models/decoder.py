@@ -30,12 +30,15 @@ loop carrying the cache copies none of it:
   - an unscanned decoder (per-layer cache) writes each layer's array with one
     `dynamic_update_slice`;
   - a scanned decoder (`scan_layers`, stacked cache) carries the whole
-    stacked cache through the layer scan: layer l writes its T new entries at
+    stacked cache through the layer scan (`StackedLayerCache`). In a
+    one-token call (decode) layer l attends over its slots where they lie
+    and over the token's own key and value, then writes those at
     [l, :, :, :, cache_index] (keys) with one `dynamic_update_slice` of the
-    carried arrays, updated in place, and attends over its slice [l] of them
-    (`StackedLayerCache`). Passing the stacked cache as the scan's input and
-    output instead would write every layer's whole cache to a new stacked
-    array on every call: a copy of the cache per decode step.
+    carried arrays, in place (`_decode_from_stacked`); a longer call (a
+    prefill) writes first and reads layer l's slots back, one copy per call.
+    Passing the stacked cache as the scan's input and output instead would
+    write every layer's whole cache to a new stacked array on every call: a
+    copy of the cache per decode step.
 A stacked cache given to an unscanned decoder is sliced per layer and
 restacked (one copy per call); a per-layer cache given to a scanned one is
 stacked and unstacked around the scan.
@@ -279,7 +282,7 @@ def _decode_from_stacked(q, key, val, cache: StackedLayerCache, kv_mask,
   own = jnp.einsum("bkgd,bkd->bkg", q, own_k,
                    preferred_element_type=jnp.float32) / math.sqrt(d)
   slots = jnp.arange(kv_mask.shape[1])
-  earlier = (slots[None, :] < cache_index) & kv_mask  # [B, S]
+  earlier = (slots[None, :] < cache_index) & kv_mask  # [B, W]
   own_seen = jax.lax.dynamic_index_in_dim(kv_mask, cache_index, axis=1)
   scores = jnp.where(earlier[:, None, None], scores, _NEG_INF)
   own = jnp.where(own_seen[:, :, None], own, _NEG_INF)  # [B, K, G]
