@@ -42,9 +42,9 @@ What each size sets (everything else is configs/text.py):
   - coevolve.logprob_chunk_size: response positions whose logits [rows,
     chunk, 152k] are formed at once when scoring responses
     (genenv_jax/policy.py); smaller saves memory, larger feeds the MXU better.
-  - coevolve.decode_windows=4: the decode loop runs in 4 parts attending
-    to the prompt and 1/4, 1/2, 3/4, all of the response slots, so decode
-    steps read 5/8 of the response's KV cache on average instead of all of
+  - coevolve.decode_windows=8: the decode loop runs in 8 parts attending
+    to the prompt and 1/8, 2/8, ..., all of the response slots, so decode
+    steps read 9/16 of the response's KV cache on average instead of all of
     it (docs/tpu_pods.md, "Decoding").
   - coevolve.sampling_layout="gathered" (from configs/default.py): once per
     step each player's weights are gathered whole over fsdp (still split over
@@ -108,7 +108,7 @@ SIZES = {
                answer_tokens=1024, agent_minibatches=20),
 }
 DEFAULT_SIZE = "7b"
-DECODE_WINDOWS = 4
+DECODE_WINDOWS = 8
 EPISODIC = "_bfcl_multi_turn"
 VARIANTS = tuple(SIZES) + ("cpu", DEFAULT_SIZE + EPISODIC)
 
