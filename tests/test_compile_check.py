@@ -34,10 +34,11 @@ def _last_line(report: str) -> dict:
 
 def test_smoke_config_fits_a_v4_8_and_compiles_each_program_once():
   """Every program and phase of the smoke preset compiles for a v4-8, once,
-  and --json reports each with its compiled cost and (phases) its bound;
-  the last line sums them."""
+  and --json reports each with its compiled cost, its costliest source
+  operations and (phases) its bound; the last line sums them."""
   report, fits = compile_check.run(default.get_config("smoke"), "v4-8",
-                                   heldout_rows=40, json_lines=True)
+                                   heldout_rows=40, json_lines=True,
+                                   top_sources=3)
   assert fits, report
   last = _last_line(report)
   assert {k: last[k] for k in ("fits", "hbm_gib", "topology")} == dict(
@@ -50,6 +51,10 @@ def test_smoke_config_fits_a_v4_8_and_compiles_each_program_once():
     assert record["compiles"] == 1 and record["fits"], record
     assert record["peak_bytes"] > 0 and record["flops"] > 0, record
     assert record["hbm_bytes"] > 0 and record["modeled_s"] > 0, record
+    # --top_sources: the 3 source operations moving the most bytes, in order.
+    top = [r["hbm_bytes"] for r in record["top_sources"]]
+    assert len(top) == 3 and top == sorted(top, reverse=True), record
+    assert 0 < sum(top) <= record["hbm_bytes"] * (1 + 1e-9), record
   assert set(phase) == {"simulator_sample", "agent_sample", "agent_reference",
                         "agent_update", "simulator_reference",
                         "simulator_update"}

@@ -387,14 +387,11 @@ class Module:
     """A fusion's operand and result bytes, slicing and in-place updates
     counted as the module doc says."""
     body = self.computations.get(callee, [])
-    users = collections.defaultdict(list)
     param_index = {}
     root = None
     for inner in body:
       if inner.opcode == "parameter":
         param_index[int(inner.args)] = inner
-      for o in inner.operands:
-        users[o].append(inner)
       if inner.root:
         root = inner
     in_place = set()
