@@ -150,6 +150,13 @@ def test_scanned_decode_matches_unscanned(prefill, params, batch):
   np.testing.assert_allclose(scan_cache.v, cache.v, atol=TOL, rtol=TOL)
 
 
+def test_a_kv_mask_wider_than_the_cache_is_refused(params):
+  cache = init_cache(BASE, 2, 8)
+  with pytest.raises(ValueError, match=r"kv_mask \(2, 12\).*\(8\)"):
+    _apply(BASE, params, np.zeros((2, 1), np.int32),
+           np.zeros((2, 1), np.int32), np.ones((2, 12), bool), cache, 0)
+
+
 def test_scanned_decode_step_updates_the_cache_in_place():
   """The compiled decode step of a scanned decoder copies no buffer the size
   of the stacked cache (an independent write would make XLA copy it twice
