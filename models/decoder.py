@@ -275,20 +275,18 @@ def _decode_from_stacked(q, key, val, cache: StackedLayerCache, kv_mask,
   """
   d = q.shape[-1]
   cached_k, cached_v = _layer_slice(cache, kv_mask.shape[1])
-  q = q[:, 0]  # [B, K, G, D]
+  scores = _attention_scores(q, cached_k, True)[:, :, :, 0] / math.sqrt(d)
   own_k, own_v = key[:, 0].astype(q.dtype), val[:, 0]  # [B, K, D]
-  scores = jnp.einsum("bkgd,bkds->bkgs", q, cached_k.astype(q.dtype),
-                      preferred_element_type=jnp.float32) / math.sqrt(d)
-  own = jnp.einsum("bkgd,bkd->bkg", q, own_k,
+  own = jnp.einsum("bkgd,bkd->bkg", q[:, 0], own_k,
                    preferred_element_type=jnp.float32) / math.sqrt(d)
   slots = jnp.arange(kv_mask.shape[1])
   earlier = (slots[None, :] < cache_index) & kv_mask  # [B, W]
   own_seen = jax.lax.dynamic_index_in_dim(kv_mask, cache_index, axis=1)
-  scores = jnp.where(earlier[:, None, None], scores, _NEG_INF)
+  scores = jnp.where(earlier[:, None, None], scores, _NEG_INF)  # [B, K, G, W]
   own = jnp.where(own_seen[:, :, None], own, _NEG_INF)  # [B, K, G]
   probs = jax.nn.softmax(jnp.concatenate([scores, own[..., None]], -1), -1)
-  out = (jnp.einsum("bkgs,bksd->bkgd", probs[..., :-1].astype(dtype),
-                    cached_v.astype(dtype))
+  out = (_attention_values(probs[:, :, :, None, :-1], cached_v, True,
+                           dtype)[:, 0]
          + probs[..., -1:].astype(dtype) * own_v.astype(dtype)[:, :, None])
   # The written entries are made to depend on the attention's result (0
   # times a finite value: exact), so the write provably follows the reads

@@ -162,8 +162,7 @@ def test_scanned_decode_step_updates_the_cache_in_place():
   of the stacked cache (an independent write would make XLA copy it twice
   per layer), and its HBM bytes (train/bench/hlo_cost) stay within a few
   passes over the cache: one read, and on the CPU one copy of each layer's
-  slice for the matmuls (3.9 passes measured here; a cache passed through
-  the scan as its input and output costs 12)."""
+  slice for the matmuls (3.9 passes measured here)."""
   config = BASE.replace(scan_layers=True)
   rows, slots = 8, 1024
   params = jax.eval_shape(functools.partial(init_params, config),

@@ -395,8 +395,7 @@ def test_decoding_on_a_tpu_reads_the_cache_in_place():
   bytes (train/bench/hlo_cost, every decode step counted) stay within 1.4x
   of the ideal, the weights once per step and the KV cache's filled slots
   (train/bench/compile_check.live_cache_bytes). Measured 1.31x with 4
-  decode windows, 1.75x with one; with the cache passed through the layer
-  scan as its input and output, over 20x."""
+  decode windows and 1.75x with one (decode_windows=1 here fails)."""
   from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
   from train.bench import compile_check, hlo_cost, slices  # pylint: disable=g-import-not-at-top
   device = compile_check.topology_devices(slices.parse_slice("v4-8"))[:1]
