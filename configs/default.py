@@ -98,6 +98,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # tasks, a few harder ones, none of the hardest.
       agent_level_weights=(8, 4, 2, 1, 0),
       simulator_difficulty_step=1,   # simulator lessons: seed of level d -> task of level d±1
+      # Each lesson's target: "drawn" (a seed-data task of that level) or
+      # "edited" (the seed itself, edited to that level: mazes only).
+      simulator_lessons="drawn",
       checkpoint_every=200,  # warm-start steps between its checkpoints (0: none)
       # Where the simulator starts co-evolution: "matched" (its lessons above),
       # or "hard" / "easy": after them, simulator_start_steps more lessons
@@ -308,6 +311,12 @@ _SIZES = {"smoke": _shrink_to_smoke, "live": _shrink_to_live}
 # agent rollouts: each entry sets the fields that make its arm.
 
 
+def _frozen_simulator(c: ml_collections.ConfigDict) -> None:
+  """No simulator update (and so no D_env replay in one)."""
+  c.simulator_update.method = "none"
+  c.simulator_update.replay_share = 0.0
+
+
 def _arm_genenv(c: ml_collections.ConfigDict) -> None:
   """The full method: RWR simulator on the α reward, band filter, KL to the
   initial simulator."""
@@ -319,6 +328,7 @@ def _arm_genenv_pg(c: ml_collections.ConfigDict) -> None:
   """The simulator trained by policy gradient on R_env instead of RWR (its
   baseline: simulator_update.pg_baseline)."""
   c.simulator_update.method = "pg"
+  c.simulator_update.replay_share = 0.0  # D_env replay is RWR's
   c.curriculum.reward = "alpha"
 
 
@@ -332,20 +342,20 @@ def _arm_genenv_replay(c: ml_collections.ConfigDict) -> None:
 
 def _arm_frozen_env(c: ml_collections.ConfigDict) -> None:
   """The warm-started simulator writes tasks online but is never updated."""
-  c.simulator_update.method = "none"
+  _frozen_simulator(c)
 
 
 def _arm_static(c: ml_collections.ConfigDict) -> None:
   """The agent trains on a fixed dataset written once by the frozen
   warm-started simulator, as many tasks as the online arms see."""
-  c.simulator_update.method = "none"
+  _frozen_simulator(c)
   c.coevolve.generation = "static"
 
 
 def _arm_uniform(c: ml_collections.ConfigDict) -> None:
   """Scripted control, no simulator: each task's level drawn uniformly,
   tasks of that level from the seed dataset (domain randomisation)."""
-  c.simulator_update.method = "none"
+  _frozen_simulator(c)
   c.coevolve.generation = "uniform"
 
 
@@ -354,7 +364,7 @@ def _arm_oracle_learnability(c: ml_collections.ConfigDict) -> None:
   of the agent's recent success per level (the curriculum the simulator
   tries to learn, given for free), tasks of that level from the seed
   dataset."""
-  c.simulator_update.method = "none"
+  _frozen_simulator(c)
   c.coevolve.generation = "oracle_learnability"
 
 
@@ -362,7 +372,7 @@ def _arm_reference_code(c: ml_collections.ConfigDict) -> None:
   """What the public reference code does: a frozen simulator, seeds that skip
   the 10% lowest- and highest-scoring rows, and an agent pool of the base data
   plus the latest generation only."""
-  c.simulator_update.method = "none"
+  _frozen_simulator(c)
   c.coevolve.seed_trim = 0.1
   c.pool.keep_generated = "latest"
 

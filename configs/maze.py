@@ -34,6 +34,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       max_turns=12,    # K moves per episode (>= level_width * levels)
       level_width=2,   # difficulty level = ceil(shortest path / level_width)
       levels=5,        # paths of 1..10 moves; longer ones are invalid mazes
+      # The simulator's prompt carries the agent's success on the seed.
+      summary_signals=True,
   ))
   c.data = ml_collections.ConfigDict(dict(
       tfds_dir="",     # unused: mazes are drawn by train/maze_data.py
@@ -59,22 +61,29 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # Shortest paths through mostly easy mazes (levels 1..5).
       agent_level_weights=(4, 2, 1, 0, 0),
       simulator_difficulty_step=1, checkpoint_every=100,
-      # Co-evolution starts from a simulator one level above its seeds
-      # (then ± 1).
+      # The simulator learns to edit its seed (a few cells) to the level
+      # asked: drawing a maze of a given path length from scratch is beyond
+      # it, copying and editing one is not.
+      simulator_lessons="edited",
+      # Co-evolution starts from a simulator asked for one level above its
+      # seeds (then ± 1).
       simulator_start="hard",
       simulator_start_offsets=ml_collections.ConfigDict(dict(hard=1, easy=-1)))
   c.coevolve.update(num_steps=120, num_seeds=8, variations=4, attempts=8,
                     agent_epochs=1, agent_minibatches=2)
   # The simulator learns from each maze's own p̂ (its 8 episodes), imitating
   # every maze whose episodes disagree, weighted by exp(10 R_env): mostly
-  # those nearest α. The band filter alone kept ~3% of mazes (per-seed p̂)
-  # and moved nothing in 120 steps; keeping every valid maze also imitates
-  # the mazes the agent always solves (with a faster simulator it collapsed
-  # onto open grids with the start and goal in opposite corners). Neither
-  # this nor those reach the α band in 120 steps (docs/episodes.md).
+  # those nearest α; half of each update's rows are earlier kept mazes
+  # (D_env). The band filter alone kept ~3% of mazes (per-seed p̂) and moved
+  # nothing in 120 steps; keeping every valid maze also imitates the mazes
+  # the agent always solves. None of these reaches the α band in 120 steps
+  # (docs/episodes.md).
   c.curriculum.update(per_seed=False, keep="informative",
                       rwr_temperature=10.0)
-  c.pool.update(capacity=4096, num_base=1024, base_max_difficulty=3,
+  c.simulator_update.replay_share = 0.5
+  # Seeds of every level: an edited seed keeps about its level, so the
+  # hardest mazes the simulator writes are edits of hard seeds.
+  c.pool.update(capacity=4096, num_base=1024, base_max_difficulty=5,
                 replay_tasks=8, generation_capacity=1024)
   # Held-out mazes per level, greedily and by 4 sampled episodes each.
   c.eval = ml_collections.ConfigDict(dict(every_steps=20, samples=4))

@@ -98,6 +98,12 @@ def _set(config, field, value):
      r"\(0\.0, 1\.0\]"),
     ("curriculum.success_threshold", 1.5,
      r"config\.curriculum\.success_threshold=1\.5"),
+    ("warmstart.simulator_lessons", "copied",
+     r"config\.warmstart\.simulator_lessons='copied'"),
+    # Edited lessons edit mazes only (the smoke task is arithmetic).
+    ("warmstart.simulator_lessons", "edited",
+     r"config\.warmstart\.simulator_lessons='edited': expected 'drawn' for "
+     r"task 'arithmetic'"),
     # Greedy writing only for a simulator that is never updated.
     ("coevolve.simulator_temperature", 0.0,
      r"config\.coevolve\.simulator_temperature=0\.0: expected a finite number "

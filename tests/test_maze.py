@@ -32,7 +32,13 @@ def test_specs_are_executed_for_validity_and_difficulty():
   np.testing.assert_array_equal(parsed.valid, [1, 1, 0, 0, 0, 1])
   np.testing.assert_array_equal(parsed.difficulty, [3, 1, 0, 0, 0, 4])
   assert np.all(np.asarray(parsed.task)[~np.asarray(parsed.valid)] == maze.PAD)
-  np.testing.assert_array_equal(np.asarray(parsed.task)[0], rows[0])
+  # Every row above planned level 1; the written task carries the grid's own.
+  np.testing.assert_array_equal(np.asarray(parsed.task)[0],
+                                DOMAIN.encode_tasks([["S...", "....", "....",
+                                                      "...G"]], plan=3)[0])
+  np.testing.assert_array_equal(
+      np.asarray(parsed.task)[np.asarray(parsed.valid), 0],
+      DOMAIN.first_level + np.asarray([3, 1, 4]) - 1)
 
 
 def test_malformed_rows_are_invalid_not_errors():
@@ -45,9 +51,14 @@ def test_malformed_rows_are_invalid_not_errors():
   move_token[2] = maze.UP
   no_eos = good.copy()
   no_eos[-1] = maze.OPEN
-  rows = np.stack([good, out_of_range, negative, move_token, no_eos])
+  cell_as_plan = good.copy()
+  cell_as_plan[0] = maze.OPEN
+  past_last_level = good.copy()
+  past_last_level[0] = DOMAIN.first_rate  # a success-rate token
+  rows = np.stack([good, out_of_range, negative, move_token, no_eos,
+                   cell_as_plan, past_last_level])
   parsed = _parse(rows)
-  np.testing.assert_array_equal(parsed.valid, [1, 0, 0, 0, 0])
+  np.testing.assert_array_equal(parsed.valid, [1, 0, 0, 0, 0, 0, 0])
   # Truncated (EOS outside the written mask) is invalid too.
   mask = rows != maze.PAD
   mask[0, -1] = False
@@ -56,6 +67,24 @@ def test_malformed_rows_are_invalid_not_errors():
   longest = maze.MazeDomain(size=4, max_turns=8, level_width=1, levels=5)
   snake = longest.encode_tasks([["S...", "###.", "....", "G###"]])
   assert not bool(jax.jit(longest.parse)(snake, snake != 0).valid[0])
+
+
+def test_the_simulator_prompt_carries_the_seed_and_its_success_rate():
+  signals = maze.MazeDomain(size=4, max_turns=8, level_width=2, levels=4,
+                            summary_signals=True)
+  rows = signals.encode_tasks([["S...", "....", "....", "...G"]] * 4, plan=3)
+  rate = jnp.asarray([0.0, 0.46, 1.0, -1.0])
+  tokens, mask = jax.jit(signals.simulator_prompt)(jnp.asarray(rows), rate)
+  assert tokens.shape == (4, signals.simulator_prompt_len) and bool(mask.all())
+  np.testing.assert_array_equal(tokens[:, 1:-2], rows[:, :-1])
+  unknown = signals.first_rate + maze.RATE_BUCKETS
+  np.testing.assert_array_equal(
+      tokens[:, -2], signals.first_rate + np.asarray([0, 5, 10, 11]))
+  assert signals.decode(tokens[:2, -2:]) == ["p0.0 >", "p0.5 >"]
+  # No rate given, or a domain without summary signals: "?" on every row.
+  for domain, given in ((signals, None), (DOMAIN, rate)):
+    tokens, _ = jax.jit(domain.simulator_prompt)(jnp.asarray(rows), given)
+    assert np.all(np.asarray(tokens)[:, -2] == unknown)
 
 
 def test_a_too_short_turn_limit_is_refused():
@@ -75,6 +104,26 @@ def test_seed_data_difficulties_agree_with_the_parser():
                                 [0, 100, 100, 100, 100])
   train_keys = {r.tobytes() for r in train["task"]}
   assert not any(r.tobytes() in train_keys for r in test["task"])
+
+
+def test_edited_variations_are_small_edits_of_their_seed_at_the_wanted_level():
+  train, _ = maze_data.maze_splits(DOMAIN, seed=2, num_train=400,
+                                   test_per_level=1)
+  rng = np.random.default_rng(0)
+  seeds = train["task"]
+  wanted = np.clip(train["difficulty"] + rng.integers(-1, 2, len(seeds)), 1,
+                   DOMAIN.levels)
+  edited = maze_data.edited_variations(DOMAIN, seeds, wanted, rng)
+  parsed = _parse(edited)
+  assert np.all(np.asarray(parsed.valid))
+  # The row's level token is the level its grid has, and it is the wanted
+  # one for nearly every seed (the rest: the nearest an edit reached).
+  np.testing.assert_array_equal(np.asarray(parsed.task), edited)
+  level = edited[:, 0] - DOMAIN.first_level + 1
+  assert np.mean(level == wanted) > 0.85
+  # An edit toggles at most three cells and may move the goal (two more).
+  changed = np.sum(edited[:, 1:-1] != seeds[:, 1:-1], axis=1)
+  assert changed.max() <= 5 and np.mean(changed > 0) > 0.9
 
 
 def test_moves_bumps_and_unreadable_actions():

@@ -19,7 +19,7 @@ from genenv_jax import (coevolve, curriculum, episodes, losses, scripted,
 from genenv_jax.tasks import DOMAINS, arithmetic, bfcl_multi_turn, text_verifiers
 from train import bfcl_multi_turn_data
 from train import text_datasets
-from train.warmstart import SIMULATOR_STARTS
+from train.warmstart import SIMULATOR_LESSONS, SIMULATOR_STARTS
 
 
 def validate(config, num_devices: int) -> None:
@@ -82,6 +82,7 @@ def _task_and_data(config) -> None:
     _integer(config, "task.levels", low=1)
     _integer(config, "task.max_turns",
              low=config.task.level_width * config.task.levels)
+    _boolean(config, "task.summary_signals")
     _integer(config, "data.num_train", low=1)
     _integer(config, "data.num_test_per_level", low=1)
     _choice(config, "episodes.reward", episodes.EPISODE_REWARDS)
@@ -141,6 +142,15 @@ def _warmstart(config, dims) -> None:
   _integer(config, "warmstart.simulator_difficulty_step")
   _integer(config, "warmstart.checkpoint_every", low=0)
   _choice(config, "warmstart.simulator_start", SIMULATOR_STARTS)
+  _choice(config, "warmstart.simulator_lessons", SIMULATOR_LESSONS)
+  if ws.simulator_lessons == "edited":
+    if config.task.name != "maze":
+      _fail("warmstart.simulator_lessons", ws.simulator_lessons,
+            f"'drawn' for task {config.task.name!r} ('edited' edits mazes)")
+    if ws.simulator_difficulty_step < 0:
+      _fail("warmstart.simulator_lessons", ws.simulator_lessons,
+            "'drawn' with warmstart.simulator_difficulty_step < 0 (targets "
+            "independent of their seed are not edits of it)")
   _integer(config, "warmstart.simulator_start_steps", low=0)
   for name in ("hard", "easy"):
     _integer(config, f"warmstart.simulator_start_offsets.{name}")

@@ -42,7 +42,8 @@ _START_FIELDS = ("warmstart.simulator_start_steps",
                  "warmstart.simulator_start_offsets.")
 # Step-0 fields added to the config after runs were made, each with the value
 # a run whose config.json lacks it ran with.
-ADDED_FIELDS = {"task.pad_operands": False}
+ADDED_FIELDS = {"task.pad_operands": False,
+                "warmstart.simulator_lessons": "drawn"}
 
 
 def _step0_fields(flat: dict[str, Any]) -> dict[str, Any]:

@@ -57,7 +57,7 @@ def random_grids(rng: np.random.Generator, count: int, size: int
 
 def maze_splits(domain: maze.MazeDomain, seed: int, num_train: int,
                 test_per_level: int) -> tuple[dict, dict]:
-  """(train, test) as {"task": int32[n, W²+1] written-task rows,
+  """(train, test) as {"task": int32[n, W²+2] written-task rows,
   "difficulty": int32[n]}, levels in equal shares (train counts differ by at
   most one)."""
   rng = np.random.default_rng(seed)
@@ -89,8 +89,66 @@ def maze_splits(domain: maze.MazeDomain, seed: int, num_train: int,
     difficulty = np.concatenate([np.full(len(per_level), lv + 1, np.int32)
                                  for lv, per_level in enumerate(found[name])])
     order = rng.permutation(len(grids))
-    rows = np.concatenate([grids.reshape(len(grids), -1),
-                           np.full((len(grids), 1), maze.EOS)], axis=1)
+    rows = np.asarray(domain.written_rows(grids.reshape(len(grids), -1),
+                                          difficulty))
     out.append({"task": rows[order].astype(np.int32),
                 "difficulty": difficulty[order]})
   return out[0], out[1]
+
+
+def edited_variations(domain: maze.MazeDomain, seed_rows: np.ndarray,
+                      wanted: np.ndarray, rng: np.random.Generator,
+                      tries: int = 64) -> np.ndarray:
+  """Variations of seed mazes: each seed's grid with one to three cells
+  changed (a wall opened or an open cell walled) and, one time in four, its
+  goal moved to another open cell; of `tries` such edits, one whose level is
+  the wanted one, else the valid edit nearest it (the seed itself if no edit
+  was valid).
+
+  Args:
+    seed_rows: int32[n, W²+2] written-task rows.
+    wanted: int[n] levels (1..levels).
+
+  Returns:
+    int32[n, W²+2] written-task rows of the variations.
+  """
+  n, cells = len(seed_rows), domain.num_cells
+  seeds = seed_rows[:, 1:1 + cells].astype(np.int32)
+  wanted = np.asarray(wanted)
+  best = seeds.copy()
+  best_level = _levels(domain, seeds)
+  never = np.iinfo(np.int32).max  # no valid edit found yet: the seed stands
+  best_gap = np.full(n, never)
+  for _ in range(tries):
+    todo = np.flatnonzero(best_gap > 0)
+    if not todo.size:
+      break
+    grids = seeds[todo].copy()
+    at = np.arange(todo.size)
+    for edit in range(3):
+      cell = rng.integers(0, cells, todo.size)
+      apply = (edit == 0) | (rng.uniform(size=todo.size) < 0.5)
+      old = grids[at, cell]
+      grids[at, cell] = np.where(apply & (old == maze.OPEN), maze.WALL,
+                                 np.where(apply & (old == maze.WALL),
+                                          maze.OPEN, old))
+    cell = rng.integers(0, cells, todo.size)
+    move = (rng.uniform(size=todo.size) < 0.25) & (grids[at, cell] == maze.OPEN)
+    goal = (grids == maze.GOAL).argmax(axis=1)
+    grids[at[move], goal[move]] = maze.OPEN
+    grids[at[move], cell[move]] = maze.GOAL
+    level = _levels(domain, grids)
+    gap = np.where(level > 0, np.abs(level - wanted[todo]), never)
+    better = gap < best_gap[todo]
+    best[todo[better]] = grids[better]
+    best_level[todo[better]] = level[better]
+    best_gap[todo[better]] = gap[better]
+  return np.asarray(domain.written_rows(best, best_level))
+
+
+def _levels(domain: maze.MazeDomain, cells: np.ndarray) -> np.ndarray:
+  """int[n] levels of flat grids int[n, W²] with one start and one goal (0:
+  no path within the levels)."""
+  dist = shortest_paths(cells.reshape(-1, domain.size, domain.size))
+  level = -(-dist // domain.level_width)
+  return np.where(dist <= domain.longest_path, level, 0)

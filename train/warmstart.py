@@ -8,6 +8,7 @@ prompt, with AdamW, on batches drawn from the seed data.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 from absl import logging
@@ -23,6 +24,7 @@ from genenv_jax.tasks.base import TaskDomain
 from models.config import ModelConfig
 from train import checkpointing
 from train import dispatch
+from train import maze_data
 from train import nonfinite
 from train import preemption
 from train import progress
@@ -66,33 +68,41 @@ def agent_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
 
 def simulator_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
              rng: np.random.Generator, size: int,
-             difficulty_step: int, level_offset: int = 0) -> SupervisedData:
+             difficulty_step: int, level_offset: int = 0,
+             edit=None) -> SupervisedData:
   """(seed task -> new task) pairs: the simulator's writing lessons.
 
-  Seeds are drawn from all of `rows`; each target is a seed task whose
-  difficulty differs from its seed's by level_offset plus a uniform step in
+  Seeds are drawn from all of `rows`; each target is a task whose difficulty
+  differs from its seed's by level_offset plus a uniform step in
   [-difficulty_step, difficulty_step] (clipped to the levels present), so the
   simulator learns to write variations near (level_offset above) its seed's
-  level. A negative difficulty_step draws targets independently of the seed.
+  level: another seed task of that level, or with `edit` (a function (seed
+  rows, wanted levels int[n], rng) -> target rows, e.g.
+  `train.maze_data.edited_variations`) the seed itself edited to it. A
+  negative difficulty_step draws targets independently of the seed.
   """
   seeds = rng.integers(0, len(rows), size)
   if difficulty_step < 0:
-    targets = rng.integers(0, len(rows), size)
+    target = rows[rng.integers(0, len(rows), size)]
   else:
     levels = np.unique(difficulty)
     step = rng.integers(-difficulty_step, difficulty_step + 1, size)
     wanted = np.clip(difficulty[seeds] + level_offset + step, levels.min(),
                      levels.max())
-    targets = np.empty(size, np.int64)
-    for level in np.unique(wanted):
-      at_level = np.flatnonzero(difficulty == level)
-      if not len(at_level):
-        raise ValueError(f"Seed data has no task of difficulty {level}.")
-      chosen = wanted == level
-      targets[chosen] = rng.choice(at_level, chosen.sum())
+    if edit is not None:
+      target = edit(rows[seeds], wanted, rng)
+    else:
+      targets = np.empty(size, np.int64)
+      for level in np.unique(wanted):
+        at_level = np.flatnonzero(difficulty == level)
+        if not len(at_level):
+          raise ValueError(f"Seed data has no task of difficulty {level}.")
+        chosen = wanted == level
+        targets[chosen] = rng.choice(at_level, chosen.sum())
+      target = rows[targets]
   prompt, prompt_mask = jax.jit(domain.simulator_prompt)(rows[seeds])
   return SupervisedData(np.asarray(prompt), np.asarray(prompt_mask),
-                        rows[targets], rows[targets] != domain.pad_id)
+                        target, target != domain.pad_id)
 
 
 def supervised_optimizer(learning_rate: float, steps: int
@@ -252,7 +262,8 @@ def warmstart(config, domain: TaskDomain, agent_model: ModelConfig,
     simulator_params, simulator_losses = train_supervised(
         simulator_model, simulator_params,
         simulator_data(domain, rows, difficulty, rng, num_examples,
-                 ws.simulator_difficulty_step),
+                       ws.simulator_difficulty_step,
+                       edit=lesson_edit(config, domain)),
         steps=ws.simulator_steps, seed=config.seed + 2,
         name="warmstart/simulator", label="stage 1: simulator",
         checkpoints=checkpoints("simulator"),
@@ -269,6 +280,22 @@ def warmstart(config, domain: TaskDomain, agent_model: ModelConfig,
 
 
 SIMULATOR_STARTS = ("matched", "hard", "easy")
+SIMULATOR_LESSONS = ("drawn", "edited")
+
+
+def lesson_edit(config, domain: TaskDomain):
+  """The `edit` of `simulator_data` that config.warmstart.simulator_lessons
+  names: None for "drawn" (targets drawn from the seed data), the maze
+  domain's `train.maze_data.edited_variations` for "edited"."""
+  lessons = config.warmstart.get("simulator_lessons", "drawn")
+  if lessons == "drawn":
+    return None
+  if lessons == "edited" and config.task.name == "maze":
+    return functools.partial(maze_data.edited_variations, domain)
+  raise ValueError(
+      f"config.warmstart.simulator_lessons={lessons!r} with "
+      f"config.task.name={config.task.name!r}: expected one of "
+      f"{SIMULATOR_LESSONS}, and 'edited' is the maze domain's only.")
 
 
 def start_simulator(config, domain: TaskDomain, simulator_model: ModelConfig,
@@ -294,7 +321,8 @@ def start_simulator(config, domain: TaskDomain, simulator_model: ModelConfig,
   rng = np.random.default_rng(config.seed + 4)
   data = simulator_data(domain, rows, difficulty, rng,
                         ws.simulator_start_steps * ws.batch_size,
-                        ws.simulator_difficulty_step, offset)
+                        ws.simulator_difficulty_step, offset,
+                        edit=lesson_edit(config, domain))
   params, _ = train_supervised(
       simulator_model, simulator_params, data,
       steps=ws.simulator_start_steps, batch_size=ws.batch_size,

@@ -1,12 +1,16 @@
 """Mazes: an episodic domain whose simulator draws the environment.
 
-The simulator writes a W×W grid row by row, one token per cell (open, wall,
-start, goal), then EOS. `parse` executes that spec: it is a valid task iff
+The simulator first names a difficulty level (its plan), then writes a W×W
+grid row by row, one token per cell (open, wall, start, goal), then EOS.
+`parse` executes that spec: it is a valid task iff the plan is a level token,
 every cell token is a cell, there is exactly one start and one goal, and the
 goal is reachable from the start in at most `level_width · max_difficulty`
 moves; its difficulty is the shortest path's length d in levels of
 `level_width` moves (level ceil(d / level_width)). Nothing is trusted from the
-simulator's text but the grid itself.
+simulator's text but the grid itself: the plan may miss, and the written task
+row carries the level the grid has. The plan puts the simulator's choice of
+difficulty into one token, which its update can move; without it the level
+is spread over the W² cells.
 
 The agent sees the map, the goal's row and column, and where it stands with
 what lies next to it; each turn it writes one move and EOS, and the
@@ -14,17 +18,24 @@ environment answers with the move's outcome, the new position and its four
 neighbours. Reaching the goal within `max_turns` moves ends the episode with
 reward 1.
 
-Vocabulary (16 + 2W ids):
+With `summary_signals`, the simulator's prompt also carries the agent's
+latest success rate on the seed, rounded to 10% (a "?" token before any
+attempt), so that it can learn to write harder variations of the seeds the
+agent solves and easier ones of those it fails.
+
+Vocabulary (16 + 2W + levels + 12 ids):
 
   id     0    1    2    3  4  5  6  7  8  9  10 11  12    13    14    15
   token  pad  bos  eos  .  #  S  G  >  U  D  L  R   moved bump  goal  bad
 
-  16 + r: row r;  16 + W + c: column c.
+  16 + r: row r;  16 + W + c: column c;  16 + 2W + k - 1: level k;
+  16 + 2W + levels + b: success rate b/10 (b = 0..10);  the last id: "?".
 
+Written task (W² + 2):        level cells EOS
 Agent prompt (P = W² + 11):  BOS cells > row(goal) col(goal) > row col nU nD nL nR
 Observation (O = 7):          status row col nU nD nL nR
 Action (A = 2):               move EOS
-Simulator prompt:             BOS <seed's cells> >
+Simulator prompt (W² + 4):    BOS <seed's level and cells> rate >
 """
 
 from __future__ import annotations
@@ -53,6 +64,7 @@ _TEXT = {PAD: "", BOS: "<bos>", EOS: "<eos>", OPEN: ".", WALL: "#",
          RIGHT: "R", MOVED: "moved", BUMP: "bump", REACHED: "goal",
          BAD: "bad"}
 UNREACHABLE = 10_000
+RATE_BUCKETS = 11  # success rates 0, 0.1, ..., 1 in the simulator's prompt
 ACTION_LEN = 2
 OBSERVATION_LEN = 7
 
@@ -101,7 +113,8 @@ class MazeEnv(Environment):
   observation_len: int = OBSERVATION_LEN
 
   def reset(self, spec: jax.Array) -> MazeState:
-    cells = spec[:, :self.size * self.size].astype(jnp.int32)
+    """spec: int32[B, >= W²+1] written-task rows (level, cells, ...)."""
+    cells = spec[:, 1:1 + self.size * self.size].astype(jnp.int32)
     return MazeState(cells, jnp.argmax(cells == START, axis=1).astype(
         jnp.int32))
 
@@ -159,11 +172,14 @@ class MazeDomain(TaskDomain):
     level_width: moves of shortest path per difficulty level.
     levels: number of difficulty levels; a maze whose shortest path is longer
       than level_width · levels moves is invalid.
+    summary_signals: the simulator's prompt carries the agent's success rate
+      on its seed (else always "?").
   """
   size: int = 5
   max_turns: int = 12
   level_width: int = 2
   levels: int = 5
+  summary_signals: bool = False
 
   pad_id = PAD
   bos_id = BOS
@@ -185,15 +201,27 @@ class MazeDomain(TaskDomain):
   @classmethod
   def from_config(cls, config: Any) -> MazeDomain:
     return cls(size=int(config.size), max_turns=int(config.max_turns),
-               level_width=int(config.level_width), levels=int(config.levels))
+               level_width=int(config.level_width), levels=int(config.levels),
+               summary_signals=bool(config.get("summary_signals", False)))
 
   @property
   def longest_path(self) -> int:
     return self.level_width * self.levels
 
   @property
-  def vocab_size(self) -> int:
+  def first_level(self) -> int:
+    """The token id of level 1 (level k is first_level + k - 1)."""
     return FIRST_COORDINATE + 2 * self.size
+
+  @property
+  def first_rate(self) -> int:
+    """The token id of success rate 0 (rate b/10 is first_rate + b; the
+    unknown rate is first_rate + 11)."""
+    return self.first_level + self.levels
+
+  @property
+  def vocab_size(self) -> int:
+    return self.first_rate + RATE_BUCKETS + 1
 
   @property
   def max_difficulty(self) -> int:
@@ -205,11 +233,12 @@ class MazeDomain(TaskDomain):
 
   @property
   def task_len(self) -> int:
-    return self.num_cells + 1
+    """Level, W² cells, EOS."""
+    return self.num_cells + 2
 
   @property
   def simulator_prompt_len(self) -> int:
-    return self.num_cells + 2
+    return self.num_cells + 4
 
   @property
   def agent_prompt_len(self) -> int:
@@ -220,11 +249,23 @@ class MazeDomain(TaskDomain):
     return MazeEnv(size=self.size, max_turns=self.max_turns)
 
   def simulator_prompt(self, seed_tasks, success_rate=None):
-    del success_rate  # the maze simulator is prompted with the seed alone
+    """`BOS level cells rate >` per seed: int32[M, W²+4] and its all-true
+    mask. success_rate f32[M] (outside [0, 1] or None: unknown) is written
+    with summary_signals only."""
     m = seed_tasks.shape[0]
+    bucket = jnp.full((m,), RATE_BUCKETS, jnp.int32)
+    if self.summary_signals and success_rate is not None:
+      rate = jnp.asarray(success_rate, jnp.float32)
+      if rate.shape != (m,):
+        raise ValueError(f"success_rate must have shape [{m}], got "
+                         f"{rate.shape}")
+      known = (rate >= 0) & (rate <= 1)
+      bucket = jnp.where(known, jnp.round(jnp.where(known, rate, 0) * 10),
+                         bucket).astype(jnp.int32)
     tokens = jnp.concatenate([
         jnp.full((m, 1), BOS, jnp.int32),
-        seed_tasks[:, :self.num_cells].astype(jnp.int32),
+        seed_tasks[:, :1 + self.num_cells].astype(jnp.int32),
+        (self.first_rate + bucket)[:, None],
         jnp.full((m, 1), SEP, jnp.int32)], axis=1)
     return tokens, jnp.ones_like(tokens, bool)
 
@@ -235,10 +276,11 @@ class MazeDomain(TaskDomain):
       raise ValueError(f"simulator_tokens must have shape [M, >= "
                        f"{self.task_len}], got {tuple(tokens.shape)}")
     m, n = self.num_cells, tokens.shape[0]
-    cells = tokens[:, :m]
-    well_formed = (jnp.all((cells >= OPEN) & (cells <= GOAL), axis=1)
-                   & jnp.all(mask[:, :m + 1], axis=1)
-                   & (tokens[:, m] == EOS))
+    plan, cells = tokens[:, 0], tokens[:, 1:m + 1]
+    well_formed = ((plan >= self.first_level) & (plan < self.first_rate)
+                   & jnp.all((cells >= OPEN) & (cells <= GOAL), axis=1)
+                   & jnp.all(mask[:, :m + 2], axis=1)
+                   & (tokens[:, m + 1] == EOS))
     one_each = ((jnp.sum(cells == START, axis=1) == 1)
                 & (jnp.sum(cells == GOAL, axis=1) == 1))
     start = jnp.argmax(cells == START, axis=1).astype(jnp.int32)
@@ -248,8 +290,7 @@ class MazeDomain(TaskDomain):
     valid = well_formed & one_each & (dist <= self.longest_path)
     difficulty = jnp.where(valid, -(-dist // self.level_width), 0).astype(
         jnp.int32)
-    task = jnp.where(valid[:, None], jnp.concatenate(
-        [cells, jnp.full((n, 1), EOS, jnp.int32)], axis=1), PAD)
+    task = jnp.where(valid[:, None], self.written_rows(cells, difficulty), PAD)
     w = self.size
     env = self.environment
     prompt = jnp.concatenate([
@@ -325,6 +366,15 @@ class MazeDomain(TaskDomain):
         act_masks[-1])
     return tokens, attend, loss
 
+  def written_rows(self, cells: jax.Array, level: jax.Array) -> jax.Array:
+    """int32[N, W²+2] written-task rows `level cells EOS` of cells int[N, W²]
+    and levels int[N] (1..levels)."""
+    cells = jnp.asarray(cells, jnp.int32)
+    level = jnp.clip(jnp.asarray(level, jnp.int32), 1, self.levels)
+    return jnp.concatenate([(self.first_level + level - 1)[:, None], cells,
+                            jnp.full((cells.shape[0], 1), EOS, jnp.int32)],
+                           axis=1)
+
   def decode(self, tokens) -> list[str]:
     rows = np.atleast_2d(np.asarray(tokens))
     w = self.size
@@ -334,19 +384,27 @@ class MazeDomain(TaskDomain):
         return _TEXT[t]
       if FIRST_COORDINATE <= t < FIRST_COORDINATE + w:
         return f"r{t - FIRST_COORDINATE}"
-      if FIRST_COORDINATE + w <= t < FIRST_COORDINATE + 2 * w:
+      if FIRST_COORDINATE + w <= t < self.first_level:
         return f"c{t - FIRST_COORDINATE - w}"
+      if self.first_level <= t < self.first_rate:
+        return f"L{t - self.first_level + 1}"
+      if self.first_rate <= t < self.first_rate + RATE_BUCKETS:
+        return f"p{(t - self.first_rate) / 10:.1f}"
+      if t == self.first_rate + RATE_BUCKETS:
+        return "p?"
       return f"<{t}>"
     return [" ".join(word(int(t)) for t in row if t != PAD) for row in rows]
 
-  def encode_tasks(self, grids) -> np.ndarray:
-    """Written-task rows int32[N, W²+1] from grids given as lists of W
-    strings over '.#SG'."""
+  def encode_tasks(self, grids, plan: int = 1) -> np.ndarray:
+    """Written-task rows int32[N, W²+2] from grids given as lists of W
+    strings over '.#SG', each planned as level `plan` (parse rewrites the
+    plan of a valid grid to its level)."""
     lookup = {".": OPEN, "#": WALL, "S": START, "G": GOAL}
     rows = []
     for grid in grids:
       if len(grid) != self.size or any(len(r) != self.size for r in grid):
         raise ValueError(f"A grid must be {self.size} strings of {self.size} "
                          f"cells; got {grid!r}.")
-      rows.append([lookup[ch] for r in grid for ch in r] + [EOS])
+      rows.append([self.first_level + plan - 1]
+                  + [lookup[ch] for r in grid for ch in r] + [EOS])
     return np.asarray(rows, np.int32)
