@@ -224,6 +224,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       replay_tasks=8,        # pool tasks the agent also attempts each step
       generation_capacity=2048,     # D_env rows (kept generations)
       keep_generated="all",  # "all" valid generated tasks | "latest" step's only
+      # Which fresh tasks enter D_train: "valid" (all) | "informative" (those
+      # whose attempts disagree, 0 < p̂ < 1: the seeds of later steps).
+      admit="valid",
   ))
 
   c.eval = ml_collections.ConfigDict(dict(

@@ -53,6 +53,7 @@ from models.config import ModelConfig
 SIMULATOR_UPDATES = ("rwr", "pg", "none")
 GENERATIONS = ("online", "static") + scripted.SCRIPTED_GENERATIONS
 KEEP_GENERATED = ("all", "latest")
+ADMIT_GENERATED = ("valid", "informative")
 SAMPLING_LAYOUTS = ("gathered", "training")
 
 
@@ -503,8 +504,9 @@ def update_pools(config, state: CoevolveState, generation: Generation,
                  signals: curriculum.CurriculumOutput
                  ) -> tuple[pool_lib.TaskPool, pool_lib.GenerationPool,
                             jax.Array]:
-  """Stage 8's pools: valid fresh tasks (with the agent's success on each)
-  into D_train, replayed tasks' success recorded, kept generations into
+  """Stage 8's pools: fresh tasks (the valid ones, or with pool.admit =
+  "informative" those whose attempts disagree), with the agent's success on
+  each, into D_train, replayed tasks' success recorded, kept generations into
   D_env, and the per-level success estimate f32[D] updated from every
   attempted task (genenv_jax/scripted.py). Returns (D_train, D_env, the
   estimate)."""
@@ -519,7 +521,11 @@ def update_pools(config, state: CoevolveState, generation: Generation,
                                    attempts.tasks.valid[num_fresh:])
   if config.pool.keep_generated == "latest":
     pool = pool_lib.drop_generated(pool)
-  pool = pool_lib.add_tasks(pool, fresh.task, fresh.difficulty, fresh.valid,
+  admit = fresh.valid
+  if config.pool.admit == "informative":
+    fresh_success = task_success[:num_fresh]
+    admit = admit & (fresh_success > 0) & (fresh_success < 1)
+  pool = pool_lib.add_tasks(pool, fresh.task, fresh.difficulty, admit,
                             task_success[:num_fresh])
   out = generation.out
   generation_pool = state.generation_pool

@@ -9,6 +9,7 @@ import pytest
 
 from genenv_jax.tasks import maze
 from train import maze_data
+from train.tools import maze_plans
 
 DOMAIN = maze.MazeDomain(size=4, max_turns=8, level_width=2, levels=4)
 
@@ -170,3 +171,19 @@ def test_demonstrations_are_shortest_paths_that_reach_the_goal():
     state = stepped.state
     reached |= np.asarray(stepped.done)
   assert reached.all()
+
+
+def test_maze_plans_counts_seed_levels_plans_and_drawn_levels():
+  rows = DOMAIN.encode_tasks([["S...", "....", "....", "...G"],   # level 3
+                              ["SG..", "....", "....", "...."],   # level 1
+                              ["S#..", "##..", "....", "...G"]],  # no path
+                             plan=2)
+  seeds = DOMAIN.encode_tasks([["SG..", "....", "....", "...."]] * 3, plan=1)
+  prompt, _ = DOMAIN.simulator_prompt(jnp.asarray(seeds))
+  pad = np.zeros((1, rows.shape[1]), np.int32)  # an unfilled D_env row
+  by_seed, by_plan = maze_plans.plan_counts(DOMAIN, dict(
+      prompt=np.concatenate([np.asarray(prompt), np.zeros_like(prompt[:1])]),
+      task=np.concatenate([rows, pad]),
+      task_mask=np.concatenate([rows, pad]) != maze.PAD, size=np.int32(3)))
+  assert by_seed == {(1, 2): 3}
+  assert by_plan == {(2, 3): 1, (2, 1): 1, (2, 0): 1}

@@ -1,11 +1,16 @@
 """D_train and D_env ring buffers: protected base data, cursor, wrap-around, sampling."""
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from configs import default
+from genenv_jax import coevolve
 from genenv_jax import pool as pool_lib
+from genenv_jax.tasks.base import ParsedTasks
 
 
 def _rows(values, width=3):
@@ -159,3 +164,30 @@ def test_generation_pool_stores_kept_generations_with_rewards():
   assert set(np.asarray(got[2][:, 0]).tolist()) == {6, 7}
   np.testing.assert_allclose(np.asarray(got[4]),
                              (np.asarray(got[2][:, 0]) - 4) / 10, rtol=1e-6)
+
+
+@pytest.mark.parametrize("admit, added", [("valid", [10, 11, 12]),
+                                          ("informative", [11])])
+def test_fresh_tasks_admitted_to_d_train(admit, added):
+  """coevolve.update_pools: pool.admit="informative" admits only the fresh
+  tasks whose attempts disagree (0 < p̂ < 1); invalid ones never enter."""
+  config = default.get_config("smoke")
+  config.pool.admit = admit
+  fresh = ParsedTasks(
+      prompt=jnp.ones((4, 2), jnp.int32), prompt_mask=jnp.ones((4, 2), bool),
+      reference=jnp.ones((4, 1), jnp.int32),
+      reference_mask=jnp.ones((4, 1), bool),
+      valid=jnp.array([True, True, True, False]),
+      difficulty=jnp.array([1, 2, 2, 0]),
+      task=jnp.asarray(_rows([10, 11, 12, 13])))
+  # p̂ = 1, 1/2, 0 and 1/2 (the last task invalid).
+  success = jnp.array([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
+  state = types.SimpleNamespace(
+      pool=pool_lib.create_task_pool(_rows([1, 2]), np.array([1, 1]), 8),
+      generation_pool=None, level_success=jnp.full((2,), -1.0))
+  pool, _, _ = coevolve.update_pools(
+      config, state, coevolve.Generation(jnp.zeros((2,), jnp.int32), None,
+                                         None, None, fresh),
+      coevolve.Attempts(fresh, None, success, success), None, None)
+  np.testing.assert_array_equal(np.asarray(pool.tasks[2:int(pool.size), 0]),
+                                added)

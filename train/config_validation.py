@@ -252,6 +252,7 @@ def _pool(config) -> None:
   _integer(config, "pool.replay_tasks", low=0)
   _integer(config, "pool.generation_capacity", low=1)
   _choice(config, "pool.keep_generated", coevolve.KEEP_GENERATED)
+  _choice(config, "pool.admit", coevolve.ADMIT_GENERATED)
 
 
 # ------------------------------------------------------------------ checks

@@ -45,3 +45,13 @@ def task_pool(workdir: str, step: int | None = None
   "difficulty" int32[C], "success" f32[C], "size", "cursor", "total_added"."""
   step, raw = _restore(workdir, step)
   return step, {k: np.asarray(v) for k, v in raw["pool"].items()}
+
+
+def generation_pool(workdir: str, step: int | None = None
+                    ) -> tuple[int, dict[str, np.ndarray]]:
+  """(step, D_env in checkpoint `step` of the run in `workdir`; None: the
+  latest), on the host: the GenerationPool's fields "prompt" int32[C, Pe],
+  "prompt_mask", "task" int32[C, L], "task_mask", "reward" f32[C], "size",
+  "cursor"."""
+  step, raw = _restore(workdir, step)
+  return step, {k: np.asarray(v) for k, v in raw["generation_pool"].items()}
