@@ -202,7 +202,7 @@ class MazeDomain(TaskDomain):
   def from_config(cls, config: Any) -> MazeDomain:
     return cls(size=int(config.size), max_turns=int(config.max_turns),
                level_width=int(config.level_width), levels=int(config.levels),
-               summary_signals=bool(config.get("summary_signals", False)))
+               summary_signals=bool(config.summary_signals))
 
   @property
   def longest_path(self) -> int:
