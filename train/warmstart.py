@@ -287,7 +287,7 @@ def lesson_edit(config, domain: TaskDomain):
   """The `edit` of `simulator_data` that config.warmstart.simulator_lessons
   names: None for "drawn" (targets drawn from the seed data), the maze
   domain's `train.maze_data.edited_variations` for "edited"."""
-  lessons = config.warmstart.get("simulator_lessons", "drawn")
+  lessons = config.warmstart.simulator_lessons
   if lessons == "drawn":
     return None
   if lessons == "edited" and config.task.name == "maze":

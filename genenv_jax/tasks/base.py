@@ -30,6 +30,28 @@ def check_rows(name: str, array: jax.Array, width: int) -> None:
     raise ValueError(f"{name} must have shape [M, {width}], got {tuple(array.shape)}")
 
 
+# Success-rate buckets of a simulator prompt's summary signal: 0%, 10%, ...,
+# 100%, then bucket RATE_BUCKETS for "unknown".
+RATE_BUCKETS = 11
+
+
+def success_buckets(success_rate: jax.Array | None, num_rows: int
+                    ) -> jax.Array:
+  """int32[num_rows] the agent's success rate f32[num_rows] per seed rounded
+  to 10% (bucket b: b/10); RATE_BUCKETS where unknown (None, outside [0, 1]
+  or NaN)."""
+  unknown = jnp.full((num_rows,), RATE_BUCKETS, jnp.int32)
+  if success_rate is None:
+    return unknown
+  rate = jnp.asarray(success_rate, jnp.float32)
+  if rate.shape != (num_rows,):
+    raise ValueError(f"success_rate must have shape [{num_rows}], got "
+                     f"{rate.shape}")
+  known = (rate >= 0) & (rate <= 1)  # false for NaN
+  return jnp.where(known, jnp.round(jnp.where(known, rate, 0) * 10),
+                   unknown).astype(jnp.int32)
+
+
 def generation_rows(simulator_tokens, simulator_mask, task_len: int
                     ) -> tuple[jax.Array, jax.Array]:
   """What `TaskDomain.parse` receives, as (int32[M, task_len] tokens,

@@ -49,7 +49,8 @@ import numpy as np
 
 from genenv_jax import episodes as episodes_lib
 from genenv_jax.envs.base import Environment, EnvStep
-from genenv_jax.tasks.base import ParsedTasks, TaskDomain
+from genenv_jax.tasks.base import (RATE_BUCKETS, ParsedTasks, TaskDomain,
+                                   success_buckets)
 
 PAD, BOS, EOS = 0, 1, 2
 OPEN, WALL, START, GOAL = 3, 4, 5, 6
@@ -64,7 +65,6 @@ _TEXT = {PAD: "", BOS: "<bos>", EOS: "<eos>", OPEN: ".", WALL: "#",
          RIGHT: "R", MOVED: "moved", BUMP: "bump", REACHED: "goal",
          BAD: "bad"}
 UNREACHABLE = 10_000
-RATE_BUCKETS = 11  # success rates 0, 0.1, ..., 1 in the simulator's prompt
 ACTION_LEN = 2
 OBSERVATION_LEN = 7
 
@@ -253,15 +253,8 @@ class MazeDomain(TaskDomain):
     mask. success_rate f32[M] (outside [0, 1] or None: unknown) is written
     with summary_signals only."""
     m = seed_tasks.shape[0]
-    bucket = jnp.full((m,), RATE_BUCKETS, jnp.int32)
-    if self.summary_signals and success_rate is not None:
-      rate = jnp.asarray(success_rate, jnp.float32)
-      if rate.shape != (m,):
-        raise ValueError(f"success_rate must have shape [{m}], got "
-                         f"{rate.shape}")
-      known = (rate >= 0) & (rate <= 1)
-      bucket = jnp.where(known, jnp.round(jnp.where(known, rate, 0) * 10),
-                         bucket).astype(jnp.int32)
+    bucket = success_buckets(success_rate if self.summary_signals else None,
+                             m)
     tokens = jnp.concatenate([
         jnp.full((m, 1), BOS, jnp.int32),
         seed_tasks[:, :1 + self.num_cells].astype(jnp.int32),

@@ -67,8 +67,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from genenv_jax.tasks import text_verifiers
-from genenv_jax.tasks.base import (ParsedTasks, TaskDomain, check_rows,
-                                   generation_rows)
+from genenv_jax.tasks.base import (RATE_BUCKETS, ParsedTasks, TaskDomain,
+                                   check_rows, generation_rows,
+                                   success_buckets)
 
 SEED_SLOT = "{seed}"
 TASK_SLOT = "{task}"
@@ -76,9 +77,6 @@ SIGNAL_SLOT = "{signal}"
 RATE_SLOT = "{rate}"
 DELIMITER_SLOTS = ("{task_delimiter}", "{answer_delimiter}")
 ANSWER_ENDS = ("eos", "line_break")  # where the simulator's answer ends
-
-# Success-rate buckets of the summary signal: 0%, 10%, ..., 100%, then "unknown".
-RATE_BUCKETS = 11
 
 DEFAULT_ENV_INSTRUCTION = (
     "Here is a task with its answer:\n\n{seed}\n\n"
@@ -482,16 +480,7 @@ class TextDomain(TaskDomain):
     seed_len = jnp.where(ends.any(axis=1), jnp.argmax(ends, axis=1), self.task_len)
     slots = [(seeds[:, :self.task_len - 1], jnp.minimum(seed_len, self.task_len - 1))]
     if self.summary_signals:
-      unknown = jnp.full((num_rows,), RATE_BUCKETS, jnp.int32)
-      if success_rate is None:
-        bucket = unknown
-      else:
-        rate = jnp.asarray(success_rate, jnp.float32)
-        if rate.shape != (num_rows,):
-          raise ValueError(f"success_rate must have shape [{num_rows}], got {rate.shape}")
-        known = (rate >= 0) & (rate <= 1)  # false for NaN
-        bucket = jnp.where(known, jnp.round(jnp.where(known, rate, 0) * 10), unknown)
-        bucket = bucket.astype(jnp.int32)
+      bucket = success_buckets(success_rate, num_rows)
       slots.append((jnp.asarray(self.signal_tokens)[bucket],
                     jnp.asarray(self.signal_lengths)[bucket]))
     return pack_segments(template_segments(self.simulator_template, slots, num_rows),

@@ -20,11 +20,8 @@ from __future__ import annotations
 import collections
 import json
 
-from absl import app
-from absl import flags
 import jax
 import jax.numpy as jnp
-from ml_collections import config_flags
 import numpy as np
 
 from genenv_jax.tasks import get_domain
@@ -69,18 +66,7 @@ def run(config, workdir: str, step: int | None) -> list[dict]:
 
 
 def main() -> None:
-  """The command line; its flags exist only when this module runs as one."""
-  config = config_flags.DEFINE_config_file("config", None, "The run's config.")
-  workdir = flags.DEFINE_string("workdir", None, "A maze run's workdir.")
-  step = flags.DEFINE_integer("step", None, "Checkpoint step whose D_env is "
-                              "read (default: the latest).")
-  flags.mark_flags_as_required(["config", "workdir"])
-
-  def run_from_flags(argv):
-    del argv
-    run(config.value, workdir.value, step.value)
-
-  app.run(run_from_flags)
+  run_checkpoints.checkpoint_tool_main(run, "D_env")
 
 
 if __name__ == "__main__":

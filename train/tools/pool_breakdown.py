@@ -26,9 +26,6 @@ from __future__ import annotations
 import json
 import os
 
-from absl import app
-from absl import flags
-from ml_collections import config_flags
 import numpy as np
 
 from genenv_jax import pool as pool_lib
@@ -101,19 +98,7 @@ def run(config, workdir: str, step: int | None) -> list[dict]:
 
 
 def main() -> None:
-  """The command line; its flags exist only when this module runs as one."""
-  config = config_flags.DEFINE_config_file("config", None, "The run's config.")
-  workdir = flags.DEFINE_string("workdir", None, "A run's workdir with its "
-                                "checkpoints and seed data.")
-  step = flags.DEFINE_integer("step", None, "Checkpoint step whose pool is "
-                              "read (default: the latest).")
-  flags.mark_flags_as_required(["config", "workdir"])
-
-  def run_from_flags(argv):
-    del argv
-    run(config.value, workdir.value, step.value)
-
-  app.run(run_from_flags)
+  run_checkpoints.checkpoint_tool_main(run, "pool")
 
 
 if __name__ == "__main__":

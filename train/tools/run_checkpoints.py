@@ -1,12 +1,16 @@
-"""Reading a player or the agent's task pool out of a finished (or running)
-run's checkpoints, for the tools that study them apart from the run:
-`train.tools.agent_probe`, `train.tools.agent_breakdown`, `train.tools.pool_breakdown`."""
+"""Reading a player or a pool out of a finished (or running) run's
+checkpoints, for the tools that study them apart from the run:
+`train.tools.agent_probe`, `train.tools.agent_breakdown`,
+`train.tools.pool_breakdown`, `train.tools.maze_plans`."""
 
 from __future__ import annotations
 
 import os
 
+from absl import app
+from absl import flags
 import jax
+from ml_collections import config_flags
 import numpy as np
 import orbax.checkpoint as ocp
 
@@ -55,3 +59,22 @@ def generation_pool(workdir: str, step: int | None = None
   "cursor"."""
   step, raw = _restore(workdir, step)
   return step, {k: np.asarray(v) for k, v in raw["generation_pool"].items()}
+
+
+def checkpoint_tool_main(run, read: str) -> None:
+  """The command line of a tool that reads one checkpoint of a run: flags
+  --config (the run's config), --workdir and --step (default: the latest),
+  then run(config, workdir, step). read: what the tool reads, for --step's
+  help. Its flags exist only when the tool runs as a command."""
+  config = config_flags.DEFINE_config_file("config", None, "The run's config.")
+  workdir = flags.DEFINE_string("workdir", None, "A run's workdir with its "
+                                "checkpoints (and seed data).")
+  step = flags.DEFINE_integer("step", None, f"Checkpoint step whose {read} "
+                              "is read (default: the latest).")
+  flags.mark_flags_as_required(["config", "workdir"])
+
+  def run_from_flags(argv):
+    del argv
+    run(config.value, workdir.value, step.value)
+
+  app.run(run_from_flags)
