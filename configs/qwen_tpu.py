@@ -16,7 +16,7 @@ Variants (`--config=configs/qwen_tpu.py:VARIANT`):
         first user turn), then up to 4 steps of 256 tokens with observations
         of 384 between them; seeds keep their first 2 turns; 8 seeds x 4
         variations + 8 replayed tasks, 8 episodes each (320 rows), 20 GRPO
-        minibatches of 16 rows. Its coevolve_step compiled for v4-64 peaks at
+        minibatches of 16 rows, log-prob chunks of 32 positions. Its coevolve_step compiled for v4-64 peaks at
         24.3 GiB per chip, for v5p-64 at 24.4 GiB (docs/tpu_pods.md; compile_check with
         --programs=coevolve_step: the held-out program and the phase models
         are single-answer ones).
@@ -69,11 +69,9 @@ What each size sets (everything else is configs/text.py):
     place (models/decoder.py).
   - batches (all sizes): 16 seeds x 4 variations = 64 tasks written per step
     (the paper's batch 64 for the simulator), 16 replayed pool tasks, 8
-    attempts each = 640 attempts, trained in GRPO minibatches (10 of 64;
-    20 of 32 at 7b, where a minibatch of 64 rows of 1,289 tokens needs 22.8
-    GiB of temporaries per v4 chip, 32 rows 10.8 GiB). The agent's reference
-    pass scores the attempts in as many row passes. Keep num_seeds and each
-    minibatch divisible by data x fsdp.
+    attempts each = 640 attempts, trained in 10 GRPO minibatches of 64.
+    The agent's reference pass scores the attempts in as many row passes.
+    Keep num_seeds and each minibatch divisible by data x fsdp.
   - learning rates: the paper's AdamW 1e-6 (agent) and 5e-7 (simulator),
     from configs/text.py.
 """
@@ -89,10 +87,10 @@ from configs import text
 # projections' outputs, ~0.1 MB per token per layer in bf16) would hold ~20 GB
 # per chip for one GRPO minibatch of 64 rows x 1,289 tokens over 8 batch
 # shards; "full" keeps only each block's input (7 KB per token per layer) and
-# recomputes the rest in the backward pass. Even so the backward's attention
-# (scores f32[rows, heads, 1289, 1289] per layer, formed whole) makes a
-# 64-row minibatch's update need 22.8 GiB of temporaries per v4 chip; 20
-# minibatches of 32 rows need 10.8 GiB.
+# recomputes the rest in the backward pass: 64-row minibatches fit a v4-64
+# (docs/tpu_pods.md). Log-prob chunks of 128 positions x 8 rows per chip
+# read the output projection's 0.27 GB (bf16, a quarter of the vocabulary)
+# once per 1,024 tokens, enough to keep its matmul compute-bound.
 SIZES = {
     "0.5b": dict(model="qwen2.5-0.5b", vocab_size=151936,
                  mesh=dict(data=-1, fsdp=4, tensor=1),
@@ -104,12 +102,14 @@ SIZES = {
                  answer_tokens=1024, agent_minibatches=10),
     "7b": dict(model="qwen2.5-7b", vocab_size=152064,
                mesh=dict(data=1, fsdp=-1, tensor=4),
-               remat_policy="full", logprob_chunk_size=32,
-               answer_tokens=1024, agent_minibatches=20),
+               remat_policy="full", logprob_chunk_size=128,
+               answer_tokens=1024, agent_minibatches=10),
 }
 DEFAULT_SIZE = "7b"
 DECODE_WINDOWS = 8
 EPISODIC = "_bfcl_multi_turn"
+EPISODIC_MINIBATCHES = 20
+EPISODIC_LOGPROB_CHUNK = 32
 VARIANTS = tuple(SIZES) + ("cpu", DEFAULT_SIZE + EPISODIC)
 
 # The cpu variant's players: the Qwen2.5 layout (GQA, qkv bias, tied
@@ -141,7 +141,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if on_cpu:
     _shrink_to_cpu(c)
   elif episodic:
-    _episodic(c, size)
+    _episodic(c)
   else:
     c.coevolve.update(num_seeds=16, variations=4, attempts=8,
                       agent_minibatches=size["agent_minibatches"])
@@ -152,13 +152,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   return c
 
 
-def _episodic(c: ml_collections.ConfigDict, size: dict) -> None:
+def _episodic(c: ml_collections.ConfigDict) -> None:
   """BFCL multi-turn episodes at TPU sizes (module doc)."""
   c.task.update(max_prompt_tokens=6144, max_written_tokens=1536,
                 max_simulator_tokens=2048, max_turns=4, max_action_tokens=256,
                 max_observation_tokens=384)
+  # Rows of 8,320 tokens: 16-row minibatches and 32-position log-prob chunks
+  # keep the step within a v4 chip (docs/tpu_pods.md).
   c.coevolve.update(num_seeds=8, variations=4, attempts=8,
-                    agent_minibatches=size["agent_minibatches"])
+                    agent_minibatches=EPISODIC_MINIBATCHES,
+                    logprob_chunk_size=EPISODIC_LOGPROB_CHUNK)
   c.pool.replay_tasks = 8
   # 4 steps hold 2 turns of one call step and one closing step each: seeds keep
   # their first 2 turns (150 train / 20 held-out entries fit, docs/tpu_pods.md).

@@ -10,7 +10,10 @@ log-softmax, the response token's log-prob and the entropy are then computed
 over the response positions in chunks of `chunk_size` positions. Each chunk is
 rematerialised in the backward pass, so neither pass holds more than one
 chunk's logits [N, chunk_size, V] (never [N, R, V]: at a 152k vocabulary that
-array dwarfs the model's activations).
+array dwarfs the model's activations). Inside a mesh each device scores its
+own rows' chunks (`sharding.rows_on_their_devices`), the output projection's
+weights gathered once before the chunks and their gradient reduced once after
+them, not in every chunk.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from genenv_jax import sharding
 from models.config import ModelConfig
 from models.decoder import Decoder, positions_from_mask
 
@@ -158,8 +162,13 @@ def response_logprobs(model_config: ModelConfig, params, prompt: jax.Array,
   if chunk_size == 0 or chunk_size >= response.shape[1]:
     logp, entropy = score_chunk(params, hidden, response)
   else:
-    logp, entropy = _scores_in_chunks(score_chunk, params, hidden, response,
-                                      chunk_size)
+    # Only the output projection's weights enter the per-device chunks.
+    name = "lm_head" if "lm_head" in params else "embed"
+    head = {name: params[name]}
+    logp, entropy = sharding.rows_on_their_devices(
+        lambda head, h, t: _scores_in_chunks(score_chunk, head, h, t,
+                                             chunk_size),
+        head, hidden, response)
   zeros = jnp.zeros_like(logp)
   return ResponseScores(jnp.where(response_mask, logp, zeros),
                         jnp.where(response_mask, entropy, zeros))

@@ -239,6 +239,47 @@ def rows_per_device(fn: Callable[..., jax.Array], *arrays: jax.Array
   return out[:rows]
 
 
+def rows_on_their_devices(fn: Callable[..., Any], shared, *arrays: jax.Array):
+  """fn(shared, *arrays), each device computing it for its own rows.
+
+  Inside a `mesh_rules` context whose batch mesh axes divide the arrays'
+  leading axis (all of one length M), fn runs per device on its share of
+  the rows (a shard_map over the batch axes only: the other mesh axes, such
+  as tensor, stay with the compiler) and `shared` (a tree, e.g. weights)
+  enters whole over the batch axes: gathered once, and under
+  differentiation its gradient summed over those axes once, after fn,
+  where a loop inside fn over weights split on a batch axis would gather
+  them, and reduce their gradient, on every trip. Elsewhere fn(shared,
+  *arrays) runs as it is.
+
+  Args:
+    fn: (shared, arrays [m, ...] ...) -> a tree of arrays [m, ...], row by
+      row.
+    shared: a tree of arrays every row needs.
+    arrays: [M, ...] each.
+  """
+  mesh = _MESH.get()
+  axes = dict(nn.get_logical_axis_rules()).get("batch")
+  if mesh is None or axes is None:
+    return fn(shared, *arrays)
+  names = (axes,) if isinstance(axes, str) else tuple(axes)
+  if arrays[0].shape[0] % _mesh_axis_size(mesh, names):
+    return fn(shared, *arrays)
+  rows = PartitionSpec(axes)
+  whole = jax.tree.map(lambda _: PartitionSpec(), shared)
+  # Inside, logical constraints name only the mesh axes left to the compiler.
+  local_rules = nn.get_logical_axis_rules()
+  for name in names:
+    local_rules = without_mesh_axis(local_rules, name)
+
+  def local(*args):
+    with nn.logical_axis_rules(local_rules):
+      return fn(*args)
+  return jax.shard_map(local, mesh=mesh, in_specs=(whole,) + (rows,) * len(arrays),
+                       out_specs=rows, axis_names=set(names),
+                       check_vma=False)(shared, *arrays)
+
+
 def in_mesh(mesh: Mesh, rules: Rules) -> Callable[[Callable], Callable]:
   """Decorator: run the function (typically while being traced) in `mesh_rules`."""
   def wrap(fn):

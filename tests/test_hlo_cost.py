@@ -111,6 +111,126 @@ def test_collectives_on_a_tpu_slice_are_counted_with_their_bytes():
   assert cost.flops in (2 * 128 * 1024 * 4096 / 4, 2 * 128 * 1024 * 4096)
 
 
+def test_a_windowed_einsum_loop_counts_the_trips_it_runs():
+  """y = x @ w on a v4-16 (8 chips), rows of x and of w split over the
+  chips, as an FSDP layer's input and weight: libtpu overlaps w's gather with
+  the matmul in a windowed-einsum loop whose body it unrolls (2 shards a
+  trip, the induction stepping by 2). Each chip computes its rows' product
+  once, however the loop is unrolled."""
+  devices = compile_check.topology_devices(slices.parse_slice("v4-16"))
+  mesh = jax.make_mesh((8,), ("d",), devices=devices,
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  b, t, e, f = 16, 2048, 4096, 16384
+  x = jax.ShapeDtypeStruct((b, t, e), jnp.bfloat16,
+                           sharding=NamedSharding(mesh, P("d")))
+  w = jax.ShapeDtypeStruct((e, f), jnp.bfloat16,
+                           sharding=NamedSharding(mesh, P("d", None)))
+  compiled = jax.jit(lambda a, c: a @ c,
+                     out_shardings=NamedSharding(mesh, P("d"))).lower(
+                         x, w).compile()
+  text = compiled.as_text()
+  assert "windowed_dot_general" in text  # else this tests a plain gather
+  cost = hlo_cost.analyse(compiled, 8)
+  assert cost.unknown_loops == 0
+  assert cost.flops == 2 * b * t * e * f / 8
+  # w's shards pass from chip to chip: at least the 7 / 8 of w each chip
+  # lacks, and not twice that.
+  w_bytes = e * f * 2
+  assert 7 / 8 * w_bytes <= cost.collective_bytes < 2 * 7 / 8 * w_bytes
+
+
+_STEPPED_LOOP = """HloModule stepped
+
+%cond (c: (s32[], f32[8])) -> pred[] {
+  %c = (s32[], f32[8]) parameter(0)
+  %i = s32[] get-tuple-element(%c), index=0
+  %bound = s32[] constant(BOUND)
+  ROOT %lt = pred[] compare(%i, %bound), direction=LT
+}
+
+%body (b: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %b = (s32[], f32[8]) parameter(0)
+  %i = s32[] get-tuple-element(%b), index=0
+  %step = s32[] constant(STEP)
+  %next = s32[] add(%i, %step)
+  %v = f32[8]{0} get-tuple-element(%b), index=1
+  %w = f32[8]{0} negate(%v)
+  ROOT %out = (s32[], f32[8]) tuple(%next, %w)
+}
+
+ENTRY %main (x: f32[8]) -> (s32[], f32[8]) {
+  %x = f32[8]{0} parameter(0)
+  %start = s32[] constant(START)
+  %first = s32[] copy(%start)
+  %state = (s32[], f32[8]) tuple(%first, %x)
+  ROOT %loop = (s32[], f32[8]) while(%state), condition=%cond, body=%body
+}
+"""
+
+
+def test_a_loop_without_a_known_trip_count_counts_from_start_bound_and_step():
+  """A while loop with no `known_trip_count`: its trips are ceil((bound -
+  start) / step) of the induction its condition compares, each one negate
+  (32 bytes read, 32 written) and the induction's add (12 bytes); the
+  start's copy moves 8."""
+  for start, bound, step, trips in ((0, 8, 1, 8), (0, 8, 2, 4), (2, 9, 3, 3),
+                                    (5, 4, 1, 0)):
+    text = (_STEPPED_LOOP.replace("BOUND", str(bound))
+            .replace("STEP", str(step)).replace("START", str(start)))
+    cost = hlo_cost.Module(text).cost()
+    assert cost.hbm_bytes == trips * (64 + 12) + 8, (start, bound, step, cost)
+
+
+_PREFETCH = """HloModule prefetch
+
+ENTRY %main (x: f32[256]) -> f32[256] {
+  %x = f32[256]{0} parameter(0)
+  %start = (f32[256]{0:S(1)}, f32[256]{0}, u32[]{:S(2)}) copy-start(%x)
+  %done = f32[256]{0:S(1)} copy-done(%start)
+  ROOT %y = f32[256]{0} negate(%done)
+}
+"""
+
+
+def test_on_chip_memory_moves_no_hbm_bytes():
+  """A prefetch into on-chip memory (S(1)) reads its 1 KiB source from HBM
+  and writes nothing there; the negate then reads on chip and writes 1 KiB
+  to HBM. Read as HBM (the same program without memory spaces) every array
+  counts."""
+  assert hlo_cost.Module(_PREFETCH).cost().hbm_bytes == 1024 + 1024
+  in_hbm = _PREFETCH.replace(":S(1)", "")
+  # copy-start: the source, and the destination written in HBM.
+  assert hlo_cost.Module(in_hbm).cost().hbm_bytes == 2 * 1024 + 2 * 1024
+
+
+_DOT_THEN_NEGATE = """HloModule roofline
+
+ENTRY %main (a: f32[64,64]) -> f32[64,64] {
+  %a = f32[64,64]{1,0} parameter(0)
+  %b = f32[64,64]{1,0} dot(%a, %a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %c = f32[64,64]{1,0} negate(%b)
+}
+"""
+
+
+def test_the_roofline_bounds_each_operation_by_its_flops_or_its_bytes():
+  """The dot: 2 x 64^3 FLOPs over 3 x 16 KiB; the negate: no FLOPs over
+  32 KiB. At 5 FLOPs per byte the dot is compute-bound, at 100 both are
+  memory-bound; the negate is memory-bound either way."""
+  dot_flops, dot_bytes, negate_bytes = 2 * 64**3, 3 * 64 * 64 * 4, 2 * 64 * 64 * 4
+  for ridge, expected in ((5.0, dot_flops + 5.0 * negate_bytes),
+                          (100.0, 100.0 * (dot_bytes + negate_bytes))):
+    cost = hlo_cost.Module(_DOT_THEN_NEGATE, 1, ridge).cost()
+    assert cost.flops == dot_flops
+    assert cost.hbm_bytes == dot_bytes + negate_bytes
+    assert cost.roofline_flops == expected, (ridge, cost)
+  # In a loop, per trip.
+  looped = _STEPPED_LOOP.replace("BOUND", "8").replace("STEP", "2").replace(
+      "START", "0")
+  cost = hlo_cost.Module(looped, 1, 10.0).cost()
+  assert cost.roofline_flops == 10.0 * cost.hbm_bytes
+
+
 # A fusion whose operand %x (f32[4, 8, 128]: a stacked array) reaches a
 # nested fusion that only slices one [8, 128] layer out of it, as a scanned
 # layer reads its KV cache from the stacked one on a TPU.

@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 
 from genenv_jax import policy
+from genenv_jax import sharding
 from models.config import ModelConfig
 from models.decoder import forward, init_boxed, init_params
+from train.bench import hlo_cost
 
 # A prime vocabulary no other dimension equals, so vocab-wide arrays are found
 # by shape in a jaxpr.
@@ -163,6 +165,56 @@ def test_chunked_gradient_never_forms_response_by_vocab_arrays(tie_embeddings):
   # ... chunked scoring at most one chunk's, in the forward pass and in the
   # backward pass (stacked per-chunk residuals would count num_chunks times).
   assert largest(chunk_size) == N * chunk_size
+
+
+@pytest.mark.parametrize("tie_embeddings", [True, False])
+def test_on_a_mesh_chunks_gather_the_output_projection_once(tie_embeddings):
+  """On a mesh whose fsdp axis splits the weights, each device scores its own
+  rows' chunks: the gradient moves the same collective bytes in 7 chunks as
+  in 2 (the output projection gathered, and its gradient reduced, once per
+  pass, not once per chunk), and equals the gradient computed off the
+  mesh."""
+  config = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
+                       num_layers=1, num_heads=4, num_kv_heads=2,
+                       tie_embeddings=tie_embeddings)
+  mesh = sharding.make_mesh({"data": 1, "fsdp": 4, "tensor": 2},
+                            jax.devices()[:8])
+  rules = sharding.DEFAULT_RULES
+  params, _ = sharding.sharded_init(functools.partial(init_boxed, config),
+                                    mesh, rules, jax.random.key(0))
+  rng = np.random.default_rng(0)
+  rows, prompt_len, response_len = 4, 5, 7
+  prompt = jnp.asarray(rng.integers(0, 128, (rows, prompt_len)), jnp.int32)
+  response = jnp.asarray(rng.integers(0, 128, (rows, response_len)),
+                         jnp.int32)
+  prompt_mask = jnp.asarray(np.arange(prompt_len)[None]
+                            >= prompt_len - np.array([5, 3, 1, 4])[:, None])
+  response_mask = jnp.asarray(np.arange(response_len)[None]
+                              < np.array([7, 4, 0, 2])[:, None])
+  weights = jnp.asarray(rng.normal(size=(rows, response_len)), jnp.float32)
+
+  def grad_fn(chunk_size):
+    def loss(p):
+      scores = policy.response_logprobs(config, p, prompt, prompt_mask,
+                                        response, response_mask, TEMPERATURE,
+                                        chunk_size)
+      return jnp.sum(weights * (scores.logp + scores.entropy))
+    return jax.grad(loss)
+
+  def on_mesh(chunk_size):
+    compiled = jax.jit(sharding.in_mesh(mesh, rules)(grad_fn(chunk_size))
+                       ).lower(params).compile()
+    return (hlo_cost.analyse(compiled, mesh.size).collective_bytes,
+            compiled(params))
+
+  (many, grads), (few, _) = on_mesh(1), on_mesh(4)
+  head_bytes = 128 * 32 * 4
+  assert many > head_bytes / 2, many  # the weights do move
+  assert many == pytest.approx(few, rel=0.02), (many, few)
+  off_mesh = jax.jit(grad_fn(1))(jax.device_get(params))
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5,
+                                                       atol=1e-6),
+               jax.device_get(grads), off_mesh)
 
 
 def test_scoring_by_rows_equals_one_pass():

@@ -28,10 +28,11 @@ Phases, each compiled on its own (as train/bench/step.py does on a CPU):
 simulator_sample, agent_sample, agent_reference (the GRPO reference's
 log-probs), agent_update (every GRPO minibatch), simulator_reference and
 simulator_update (RWR / PG with its KL-cap pass); the simulator's at
-simulator_len tokens. Per phase and device:
-  modeled_s = max(FLOPs / peak, HBM bytes / HBM bandwidth)
-              + collective bytes / interconnect bandwidth
-from its compiled program (collectives not overlapped), beside
+simulator_len tokens. Per program, phase and device:
+  modeled_s = sum over operations of max(FLOPs / peak, HBM bytes / HBM
+              bandwidth) + collective bytes / interconnect bandwidth
+from its compiled program: each operation (a fusion, a matmul, a copy) at
+its own roofline, one after another, collectives not overlapped; beside
   bound_s = max(model FLOPs / peak, ideal bytes / HBM bandwidth),
 the model's FLOPs (train/bench/common.py) and the bytes the phase must move
 at the least (a decode step: the weights and the KV cache's filled slots;
@@ -44,12 +45,15 @@ sum, "-" when neither was compiled); the phases' summed bound. The exit
 status is 1 when a program does not fit (libtpu's compiler refuses a
 program over HBM). `--json` prints one JSON object per program and per
 phase (`program` / `phase`, `peak_bytes`, `temp_bytes`, `flops`,
-`hbm_bytes`, `collective_bytes`, `collectives`, `modeled_s`, `bound_s`, ...;
+`hbm_bytes`, `collective_bytes`, `collectives`, `roofline_s`,
+`collective_s`, `modeled_s`, `bound_s`, ...;
 a phase not compiled, `--phases=false`, only its bound) before that line,
 in place of the tables. `--top_sources=N` adds, per compiled program and
 phase, the N source operations (their `op_name`) that move the most HBM
 bytes, every loop's trips counted (`top_sources` in JSON): where the bytes
-go.
+go. `--hlo_dir=DIR` writes each compiled program's HLO text to
+DIR/NAME.hlo, which `python -m train.bench.hlo_cost DIR/NAME.hlo
+--devices=N` reads again without compiling.
 """
 
 from __future__ import annotations
@@ -147,13 +151,18 @@ def _oom_bytes(message: str) -> int:
 def compile_program(name: str, fn: Callable, *args,
                     traces: Callable[[], int] | None = None,
                     again: Callable[[Any], tuple] | None = None,
-                    num_devices: int = 1) -> Program:
+                    num_devices: int = 1,
+                    hlo_dir: str | None = None,
+                    flops_per_byte: float = 0.0) -> Program:
   """Lowers and compiles jitted `fn` at abstract `args` for `num_devices`
   devices.
 
   traces: how often fn has been traced so far (default: counted here);
   again: builds, from the compiled output's abstract values, the arguments of
-  the next call (the step's next state), lowered again to count retraces.
+  the next call (the step's next state), lowered again to count retraces;
+  hlo_dir: where to write the compiled program's HLO text (`<name>.hlo`);
+  flops_per_byte: the chip's peak FLOP/s over its HBM bytes/s, for the
+  program's per-operation roofline (`hlo_cost.Cost.roofline_flops`).
   """
   count = [0]
   if traces is None:
@@ -192,7 +201,12 @@ def compile_program(name: str, fn: Callable, *args,
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   program.flops = float(cost.get("flops", 0.0))
   program.bytes_accessed = float(cost.get("bytes accessed", 0.0))
-  module = hlo_cost.Module(compiled.as_text(), num_devices)
+  text = compiled.as_text()
+  if hlo_dir:
+    os.makedirs(hlo_dir, exist_ok=True)
+    with open(os.path.join(hlo_dir, f"{name}.hlo"), "w") as f:
+      f.write(text)
+  module = hlo_cost.Module(text, num_devices, flops_per_byte)
   program.cost = module.cost()
   program.sources = module.by_source()
   return program
@@ -205,8 +219,12 @@ def _abstract(x, s):
 class Setup:
   """The run's players, mesh, abstract parameters and state on the slice."""
 
-  def __init__(self, config, tpu_slice: slices.Slice, devices):
+  def __init__(self, config, tpu_slice: slices.Slice, devices,
+               hlo_dir: str | None = None):
     self.config = config
+    self.hlo_dir = hlo_dir
+    self.flops_per_byte = (tpu_slice.chip.peak_tflops * 1e12
+                           / (tpu_slice.chip.hbm_gbps * 1e9))
     self.slice = tpu_slice
     self.rules = sharding.DEFAULT_RULES
     self.mesh = sharding.make_mesh(dict(config.mesh), devices)
@@ -235,6 +253,13 @@ class Setup:
 
   def jit(self, fn):
     return jax.jit(sharding.in_mesh(self.mesh, self.rules)(fn))
+
+  def compile(self, name: str, fn: Callable, *args, **kwargs) -> Program:
+    """`compile_program` over this slice's devices, writing the HLO into
+    hlo_dir when set, with the chip's roofline."""
+    return compile_program(name, fn, *args, num_devices=self.mesh.size,
+                           hlo_dir=self.hlo_dir,
+                           flops_per_byte=self.flops_per_byte, **kwargs)
 
 
 PROGRAMS = ("warmstart_agent", "warmstart_simulator", "coevolve_step",
@@ -281,8 +306,8 @@ def programs(setup: Setup, heldout_rows: int,
         setup.batch((b, r), jnp.int32, "target"),
         setup.batch((b, r), jnp.bool_, "target_mask"))
     update = warmstart.supervised_update(model, opt, setup.mesh, setup.rules)
-    out.append(compile_program(f"warmstart_{player}", update, params,
-                               opt_state, batch, num_devices=setup.mesh.size))
+    out.append(setup.compile(f"warmstart_{player}", update, params,
+                             opt_state, batch))
 
   if "coevolve_step" in only:
     # Scripted generation's bank: only its shape shapes the program.
@@ -294,21 +319,19 @@ def programs(setup: Setup, heldout_rows: int,
             else None)
     step = coevolve.jit_step(coevolve.make_step(config, domain, players, bank),
                              setup.shardings, setup.mesh, setup.rules)
-    out.append(compile_program(
+    out.append(setup.compile(
         "coevolve_step", step.fn, setup.state, traces=step.trace_count,
         again=lambda info: (jax.tree.map(
             lambda i: jax.ShapeDtypeStruct(i.shape, i.dtype,
-                                           sharding=i.sharding), info[0]),),
-        num_devices=setup.mesh.size))
+                                           sharding=i.sharding), info[0]),)))
   if "heldout" in only:
     answer = heldout.answer_pass(domain, players.agent_model, setup.mesh,
                                  setup.rules,
                                  config.curriculum.success_threshold)
     held_rows = jax.ShapeDtypeStruct((heldout_rows, domain.task_len),
                                      jnp.int32, sharding=setup.replicated)
-    out.append(compile_program("heldout", answer,
-                               setup.params["agent"], held_rows,
-                               num_devices=setup.mesh.size))
+    out.append(setup.compile("heldout", answer, setup.params["agent"],
+                             held_rows))
   return out
 
 
@@ -463,8 +486,8 @@ def phases(setup: Setup, only: tuple[str, ...] = (),
   for name, fn, args, flops, ideal_bytes in specs:
     if only and name not in only:
       continue
-    program = (compile_program(name, setup.jit(fn), *args,
-                               num_devices=devices) if compile_them else None)
+    program = (setup.compile(name, setup.jit(fn), *args)
+               if compile_them else None)
     out.append(Phase(name, flops / devices, ideal_bytes, program))
   return out
 
@@ -477,9 +500,10 @@ class Rates:
   ici: float
 
   def modeled_s(self, cost: hlo_cost.Cost) -> float:
-    """Seconds of a compiled program: its compute or its HBM traffic,
-    whichever is longer, then its collectives (none overlapped)."""
-    return (max(cost.flops / self.flops, cost.hbm_bytes / self.hbm)
+    """Seconds of a compiled program: each operation's compute or its HBM
+    traffic, whichever is longer, one operation after another, then the
+    collectives (none overlapped)."""
+    return (cost.roofline_flops / self.flops
             + cost.collective_bytes / self.ici)
 
   def bound_s(self, flops: float, hbm_bytes: float) -> float:
@@ -509,6 +533,9 @@ def _record(kind: str, name: str, prog: Program, rates: Rates,
           "collective_bytes": cost.collective_bytes,
           "collectives": hlo_cost.collectives_json(cost),
           "unknown_loops": cost.unknown_loops,
+          # modeled_s = roofline_s + collective_s
+          "roofline_s": cost.roofline_flops / rates.flops,
+          "collective_s": cost.collective_bytes / rates.ici,
           "modeled_s": rates.modeled_s(cost) if prog.fits else None,
           "bound_s": bound_s, **extra}
 
@@ -609,11 +636,13 @@ def run(config, topology: str, heldout_rows: int = 512,
         only: tuple[str, ...] = PROGRAMS,
         phase_names: tuple[str, ...] = (),
         json_lines: bool = False,
-        top_sources: int = 0) -> tuple[str, bool]:
+        top_sources: int = 0,
+        hlo_dir: str | None = None) -> tuple[str, bool]:
   """Compiles the programs `only` names (and with_phases, the phases) for
-  slice `topology`; returns (report, fits)."""
+  slice `topology`, writing each one's HLO text into hlo_dir when given;
+  returns (report, fits)."""
   tpu_slice = slices.parse_slice(topology)
-  setup = Setup(config, tpu_slice, topology_devices(tpu_slice))
+  setup = Setup(config, tpu_slice, topology_devices(tpu_slice), hlo_dir)
   progs = programs(setup, heldout_rows, only)
   phase_list = phases(setup, phase_names, compile_them=with_phases)
   return report(tpu_slice, setup, progs, phase_list, json_lines=json_lines,
@@ -629,7 +658,8 @@ def main(argv):
                     FLAGS.phases,
                     tuple(p for p in FLAGS.programs if p != "none")
                     if FLAGS.programs else PROGRAMS,
-                    tuple(FLAGS.phase_names), FLAGS.json, FLAGS.top_sources)
+                    tuple(FLAGS.phase_names), FLAGS.json, FLAGS.top_sources,
+                    FLAGS.hlo_dir)
   print(text, flush=True)
   sys.exit(0 if fits else 1)
 
@@ -655,6 +685,9 @@ def define_flags() -> None:
   flags.DEFINE_integer("top_sources", 0, "Per compiled program and phase, "
                        "list this many source operations (op_name) that move "
                        "the most HBM bytes, loops' trips counted.")
+  flags.DEFINE_string("hlo_dir", None, "Write each compiled program's and "
+                      "phase's optimized HLO text to DIR/NAME.hlo (for "
+                      "python -m train.bench.hlo_cost DIR/NAME.hlo).")
   flags.DEFINE_bool("phases", True, "Also compile each phase of the step on its "
                     "own for the roofline (takes about as long again).")
 

@@ -1,13 +1,19 @@
 """A compiled program's cost per device, read from its optimized HLO text,
 every loop counted as many times as it runs.
 
+  python -m train.bench.hlo_cost FILE.hlo --devices=N [--top=K] \
+      [--sort=hbm|flops|collective]
+
+prints a saved program's totals and its costliest sources (compile_check
+--hlo_dir=DIR saves them).
+
 XLA's own cost analysis (`compiled.cost_analysis()`) counts a while loop's
 body once, so a decode loop, a layer scan or a scan over GRPO minibatches
 shows one trip of work. This reads the HLO module `compiled.as_text()`
 prints and adds each computation's cost times the number of times it runs:
-a while loop's body its trip count (XLA's `known_trip_count`, else the bound
-its condition compares the induction variable with), a conditional its
-costliest branch, a fusion or call its callee once.
+a while loop's body its trip count (XLA's `known_trip_count`, else from
+its condition's bound, its induction's start and the step its body adds),
+a conditional its costliest branch, a fusion or call its callee once.
 
 What is counted, per device:
   - flops: 2 per multiply-add of every dot and convolution (elementwise work
@@ -19,8 +25,15 @@ What is counted, per device:
     slices, directly, through a bitcast or in a nested fusion (a scanned
     layer reads its own weights, and its KV cache, from the stacked ones); an
     update in place (a dynamic-update-slice, or a fusion whose root is one)
-    counts the update, not the buffer. Operations inside a fusion stay on the chip and count
-    nothing.
+    counts the update, not the buffer. Operations inside a fusion stay on the
+    chip and count nothing, and so does an array libtpu placed in on-chip
+    memory (a layout with a memory space `S(n)`, n > 0: the buffers its
+    memory-space assignment prefetches into with `copy-start`); such a
+    prefetch counts the bytes it reads from HBM, not those it writes on chip.
+  - roofline_flops (given the chip's FLOPs per HBM byte): per operation its
+    FLOPs or its bytes' worth of FLOPs, whichever is more: each operation
+    bound by its own compute or its own memory traffic, none overlapping
+    another.
   - collectives: per kind (all-gather, all-reduce, reduce-scatter,
     all-to-all, collective-permute) how many run and the bytes each device
     sends: (n - 1) / n of the gathered or scattered array for all-gather and
@@ -44,7 +57,10 @@ DTYPE_BYTES = {
     "f8e4m3": 1, "f8e3m4": 1, "f4e2m1fn": 0.5, "f8e8m0fnu": 1,
 }
 ARRAY = re.compile(r"\b(" + "|".join(sorted(DTYPE_BYTES, key=len, reverse=True))
-                   + r")\[([^\]]*)\]")
+                   + r")\[([^\]]*)\](\{[^}]*\})?")
+# A layout's memory space: S(0) (the default) is HBM; S(1) on-chip memory,
+# S(2) sync flags, S(5) host memory, S(6) scalar memory.
+MEMORY_SPACE = re.compile(r"S\((\d+)\)")
 # Operations that move no bytes of their own (bookkeeping, or counted where
 # their work is: a loop's body, an async pair's start).
 NO_TRAFFIC = {
@@ -62,11 +78,16 @@ SLICING = {"dynamic-slice", "slice", "gather"}
 @dataclasses.dataclass
 class Cost:
   """Per-device cost: flops, HBM bytes, and per collective kind its count
-  and the bytes each device sends."""
+  and the bytes each device sends. roofline_flops: the sum over operations
+  of max(flops, flops_per_byte x HBM bytes) (`Module`'s flops_per_byte, the
+  chip's peak FLOP/s over its HBM bytes/s): divided by the peak, the
+  seconds of a program whose every operation runs at its own roofline, one
+  after another."""
   flops: float = 0.0
   hbm_bytes: float = 0.0
   collectives: dict = dataclasses.field(default_factory=dict)
   unknown_loops: int = 0  # while loops whose trip count was not found (x1)
+  roofline_flops: float = 0.0
 
   @property
   def collective_bytes(self) -> float:
@@ -75,6 +96,7 @@ class Cost:
   def add(self, other: "Cost", times: float = 1.0) -> None:
     self.flops += times * other.flops
     self.hbm_bytes += times * other.hbm_bytes
+    self.roofline_flops += times * other.roofline_flops
     for kind, (count, sent) in other.collectives.items():
       c, b = self.collectives.get(kind, (0.0, 0.0))
       self.collectives[kind] = (c + times * count, b + times * sent)
@@ -98,10 +120,16 @@ class Instruction:
 
 def array_shapes(type_text: str) -> list[tuple[str, tuple[int, ...]]]:
   """(dtype, dims) of every array in an HLO type (a tuple's leaves)."""
+  return [(dtype, sizes) for dtype, sizes, _ in _arrays(type_text)]
+
+
+def _arrays(type_text: str) -> list[tuple[str, tuple[int, ...], int]]:
+  """(dtype, dims, memory space) of every array in an HLO type."""
   out = []
-  for dtype, dims in ARRAY.findall(type_text):
+  for dtype, dims, layout in ARRAY.findall(type_text):
     sizes = tuple(int(d.lstrip("<=")) for d in dims.split(",") if d.strip())
-    out.append((dtype, sizes))
+    space = MEMORY_SPACE.search(layout)
+    out.append((dtype, sizes, int(space.group(1)) if space else 0))
   return out
 
 
@@ -109,6 +137,12 @@ def type_bytes(type_text: str) -> float:
   """Bytes of every array in an HLO type."""
   return sum(DTYPE_BYTES[dtype] * math.prod(dims)
              for dtype, dims in array_shapes(type_text))
+
+
+def hbm_type_bytes(type_text: str) -> float:
+  """Bytes of the arrays of an HLO type that lie in HBM (memory space 0)."""
+  return sum(DTYPE_BYTES[dtype] * math.prod(dims)
+             for dtype, dims, space in _arrays(type_text) if space == 0)
 
 
 def _closing(text: str, start: int, open_: str = "(", close: str = ")") -> int:
@@ -206,13 +240,17 @@ def _dims(attributes: str, key: str) -> list[int]:
 class Module:
   """An HLO module's costs (see the module doc)."""
 
-  def __init__(self, text: str, num_devices: int = 1):
+  def __init__(self, text: str, num_devices: int = 1,
+               flops_per_byte: float = 0.0):
     self.computations, self.entry = parse_module(text)
     self.num_devices = num_devices
+    self.flops_per_byte = flops_per_byte
     self._shapes = {}
+    self._by_name: dict[str, Instruction] = {}
     for instructions in self.computations.values():
       for i in instructions:
         self._shapes[i.name] = i.type
+        self._by_name[i.name] = i
     self._costs: dict[str, Cost] = {}
 
   def cost(self) -> Cost:
@@ -242,7 +280,8 @@ class Module:
     branch, a call), None for any other: the computations `_instruction`
     adds up for it."""
     if i.opcode == "while":
-      return [(body, self._trip_count(i) or 1)
+      trips = self._trip_count(i)
+      return [(body, 1 if trips is None else trips)
               for body in _called(i.attributes, "body")]
     if i.opcode == "conditional":
       branches = (_called(i.attributes, "branch_computations")
@@ -334,6 +373,13 @@ class Module:
   # -------------------------------------------------------------- instructions
 
   def _instruction(self, i: Instruction) -> Cost:
+    cost = self._own_cost(i)
+    if self._control_callees(i) is None:
+      cost.roofline_flops = max(cost.flops,
+                                self.flops_per_byte * cost.hbm_bytes)
+    return cost
+
+  def _own_cost(self, i: Instruction) -> Cost:
     cost = Cost()
     op = i.opcode
     callees = self._control_callees(i)
@@ -354,16 +400,33 @@ class Module:
     cost.flops += self._own_flops(i)
     if op in SLICING:
       # Reads the slice (and any indices), writes it.
-      cost.hbm_bytes += 2 * type_bytes(i.type) + sum(
-          type_bytes(self._shapes.get(o, "")) for o in i.operands[1:]
-          if op == "gather")
+      cost.hbm_bytes += (self._in_hbm(i.operands[0]) * type_bytes(i.type)
+                         + hbm_type_bytes(i.type) + sum(
+                             self._operand_bytes(o) for o in i.operands[1:]
+                             if op == "gather"))
     elif op == "dynamic-update-slice":
-      # In place: reads and writes the update's bytes.
-      cost.hbm_bytes += 2 * type_bytes(self._shapes.get(i.operands[1], ""))
+      # In place: reads the update, writes it into the buffer.
+      cost.hbm_bytes += (self._operand_bytes(i.operands[1])
+                         + self._in_hbm(i.operands[0])
+                         * type_bytes(self._shapes.get(i.operands[1], "")))
+    elif op == "copy-start":
+      # (destination, source alias, context): reads the source, writes the
+      # destination.
+      cost.hbm_bytes += sum(self._operand_bytes(o) for o in i.operands) + sum(
+          DTYPE_BYTES[dtype] * math.prod(dims)
+          for dtype, dims, space in _arrays(i.type)[:1] if space == 0)
     elif op not in NO_TRAFFIC:
-      cost.hbm_bytes += type_bytes(i.type) + sum(
-          type_bytes(self._shapes.get(o, "")) for o in i.operands)
+      cost.hbm_bytes += hbm_type_bytes(i.type) + sum(
+          self._operand_bytes(o) for o in i.operands)
     return cost
+
+  def _operand_bytes(self, name: str) -> float:
+    """The HBM bytes of reading value `name` whole."""
+    return hbm_type_bytes(self._shapes.get(name, ""))
+
+  def _in_hbm(self, name: str) -> bool:
+    """Whether value `name` lies in HBM (not in on-chip memory)."""
+    return any(space == 0 for _, _, space in _arrays(self._shapes.get(name, "")))
 
   def _sent_bytes(self, kind: str, i: Instruction) -> float:
     """Bytes one device sends for collective `i`."""
@@ -395,14 +458,20 @@ class Module:
       if inner.root:
         root = inner
     in_place = set()
-    result = type_bytes(i.type)
+    result = hbm_type_bytes(i.type)
     roots = [root] if root is not None else []
     if root is not None and root.opcode == "tuple":
       by_name = {inner.name: inner for inner in body}
       roots = [by_name[o] for o in root.operands if o in by_name]
     if roots and any(r.opcode == "dynamic-update-slice" for r in roots):
+      # Each output's memory space, in the roots' order.
+      spaces = [space for _, _, space in _arrays(i.type)]
+      if len(spaces) != len(roots):
+        spaces = [0] * len(roots)
       result = 0.0
-      for r in roots:
+      for r, space in zip(roots, spaces):
+        if space:
+          continue
         if r.opcode == "dynamic-update-slice":
           in_place.add(r.operands[0])
           result += 2 * type_bytes(self._shapes.get(r.operands[1], ""))
@@ -411,8 +480,8 @@ class Module:
     total = result
     for number, operand in enumerate(i.operands):
       param = param_index.get(number)
-      full = type_bytes(self._shapes.get(operand, ""))
-      if param is None:
+      full = self._operand_bytes(operand)
+      if param is None or not full:
         total += full
         continue
       if param.name in in_place:
@@ -457,21 +526,76 @@ class Module:
                       i.attributes)
     if known:
       return int(known.group(1))
-    # The condition `induction < constant`, the induction starting at 0.
+    # The condition `induction < bound`: the induction is a tuple element of
+    # the loop state, its start that element of the while's operand, its
+    # step what the body adds to it (a loop XLA unrolled, such as a windowed
+    # einsum's, adds 2 or more). A start or step not found is 0 or 1.
     for cond in _called(i.attributes, "condition"):
       body = self.computations.get(cond, [])
-      constants = {c.name: c for c in body if c.opcode == "constant"}
+      named = {c.name: c for c in body}
       for c in body:
-        if c.opcode == "compare" and "direction=LT" in c.attributes:
-          for o in c.operands[1:]:
-            if o in constants and re.fullmatch(r"\d+", constants[o].args):
-              return int(constants[o].args)
+        if c.opcode != "compare" or "direction=LT" not in c.attributes:
+          continue
+        bound = self._constant(named.get(c.operands[-1]))
+        if bound is None:
+          continue
+        index = self._tuple_index(named.get(c.operands[0]))
+        if index is None:
+          return bound
+        start = self._loop_start(i, index) or 0
+        step = self._loop_step(i, index) or 1
+        return max(0, -(-(bound - start) // step))
+    return None
+
+  @staticmethod
+  def _constant(i: Instruction | None) -> int | None:
+    """The integer a scalar constant holds (None for anything else)."""
+    if i is None or i.opcode != "constant" or not re.fullmatch(r"-?\d+",
+                                                               i.args):
+      return None
+    return int(i.args)
+
+  @staticmethod
+  def _tuple_index(i: Instruction | None) -> int | None:
+    """The element a get-tuple-element reads (None for anything else)."""
+    if i is None or i.opcode != "get-tuple-element":
+      return None
+    index = re.search(r"\bindex=(\d+)", i.attributes)
+    return int(index.group(1)) if index else None
+
+  def _loop_start(self, loop: Instruction, index: int) -> int | None:
+    """Element `index` of a while's initial state, when a constant (or a
+    copy of one)."""
+    state = self._by_name.get(loop.operands[0]) if loop.operands else None
+    if state is None or state.opcode != "tuple" or index >= len(state.operands):
+      return None
+    value = self._by_name.get(state.operands[index])
+    while value is not None and value.opcode == "copy":
+      value = self._by_name.get(value.operands[0])
+    return self._constant(value)
+
+  def _loop_step(self, loop: Instruction, index: int) -> int | None:
+    """What a while's body adds to element `index` of its state each trip,
+    when `element + constant`."""
+    for body in _called(loop.attributes, "body"):
+      instructions = self.computations.get(body, [])
+      named = {b.name: b for b in instructions}
+      root = next((b for b in instructions if b.root), None)
+      if root is None or root.opcode != "tuple" or index >= len(root.operands):
+        return None
+      update = named.get(root.operands[index])
+      if update is None or update.opcode != "add":
+        return None
+      parts = [named.get(o) for o in update.operands]
+      if any(self._tuple_index(p) == index for p in parts):
+        steps = [self._constant(p) for p in parts if self._constant(p)]
+        return steps[0] if steps else None
     return None
 
 
-def analyse(compiled, num_devices: int) -> Cost:
+def analyse(compiled, num_devices: int, flops_per_byte: float = 0.0) -> Cost:
   """The per-device `Cost` of a compiled jax program."""
-  return Module(compiled.as_text(), num_devices).cost()
+  return Module(compiled.as_text(), num_devices, flops_per_byte).cost()
 
 
 def collectives_json(cost: Cost) -> dict:
@@ -482,3 +606,44 @@ def collectives_json(cost: Cost) -> dict:
 
 def dumps(record: dict) -> str:
   return json.dumps(record, sort_keys=False)
+
+
+SORT_KEYS = {"hbm": lambda c: c.hbm_bytes, "flops": lambda c: c.flops,
+             "collective": lambda c: c.collective_bytes}
+
+
+def report(text: str, num_devices: int, top: int = 20,
+           sort: str = "hbm") -> str:
+  """The module's cost per device, then its `top` costliest sources by
+  `sort` (hbm, flops or collective): one line each."""
+  if sort not in SORT_KEYS:
+    raise ValueError(f"sort={sort!r}: expected one of {sorted(SORT_KEYS)}.")
+  module = Module(text, num_devices)
+  total = module.cost()
+  lines = [f"total: {total.flops / 1e12:.2f} TFLOP, {total.hbm_bytes / 1e9:.1f} "
+           f"GB HBM, {total.collective_bytes / 1e9:.1f} GB sent "
+           f"{collectives_json(total)}, unknown loops {total.unknown_loops}"]
+  sources = sorted(module.by_source(), key=lambda s: -SORT_KEYS[sort](s[1]))
+  for source, cost in sources[:top]:
+    lines.append(f"{cost.hbm_bytes / 1e9:10.1f} GB {cost.flops / 1e12:9.2f} "
+                 f"TFLOP {cost.collective_bytes / 1e9:8.1f} GB sent  {source}")
+  return "\n".join(lines)
+
+
+def main(argv):
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  if len(argv) != 2:
+    raise SystemExit("usage: python -m train.bench.hlo_cost FILE.hlo "
+                     "--devices=N [--top=K] [--sort=hbm|flops|collective]")
+  with open(argv[1]) as f:
+    text = f.read()
+  print(report(text, flags.FLAGS.devices, flags.FLAGS.top, flags.FLAGS.sort))
+
+
+if __name__ == "__main__":
+  from absl import app, flags  # pylint: disable=g-import-not-at-top,g-multiple-import
+  flags.DEFINE_integer("devices", 1, "Devices the program was compiled for "
+                       "(the size of a collective's group when it names none).")
+  flags.DEFINE_integer("top", 20, "Sources to list.")
+  flags.DEFINE_enum("sort", "hbm", sorted(SORT_KEYS), "Order of the sources.")
+  app.run(main)
