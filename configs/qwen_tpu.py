@@ -42,9 +42,9 @@ What each size sets (everything else is configs/text.py):
   - coevolve.logprob_chunk_size: response positions whose logits [rows,
     chunk, 152k] are formed at once when scoring responses
     (genenv_jax/policy.py); smaller saves memory, larger feeds the MXU better.
-  - coevolve.decode_windows=8: the decode loop runs in 8 parts attending
-    to the prompt and 1/8, 2/8, ..., all of the response slots, so decode
-    steps read 9/16 of the response's KV cache on average instead of all of
+  - coevolve.decode_windows=16: the decode loop runs in 16 parts attending
+    to the prompt and 1/16, 2/16, ..., all of the response slots, so decode
+    steps read 17/32 of the response's KV cache on average instead of all of
     it (docs/tpu_pods.md, "Decoding").
   - coevolve.sampling_layout="gathered" (from configs/default.py): once per
     step each player's weights are gathered whole over fsdp (still split over
@@ -83,11 +83,11 @@ import ml_collections
 from configs import text
 
 # Per size: the model preset and its (padded) vocabulary, mesh, remat policy,
-# log-prob chunk and GRPO minibatches. At 7B, remat "dots_no_batch" (keep the
-# projections' outputs, ~0.1 MB per token per layer in bf16) would hold ~20 GB
-# per chip for one GRPO minibatch of 64 rows x 1,289 tokens over 8 batch
-# shards; "full" keeps only each block's input (7 KB per token per layer) and
-# recomputes the rest in the backward pass: 64-row minibatches fit a v4-64
+# log-prob chunk and GRPO minibatches. At 7B, remat "dots_no_batch" keeps the
+# blocks' matmul outputs for the backward pass and recomputes the rest: the
+# whole step peaks at 19.6 GiB per v4 chip with 64-row minibatches and
+# models 3% faster than "full" on a v4-64, 6% on a v5p-64; 16 GiB chips
+# (v5litepod) need "full", which launch/tpu_pod.sh sets for them
 # (docs/tpu_pods.md). Log-prob chunks of 128 positions x 8 rows per chip
 # read the output projection's 0.27 GB (bf16, a quarter of the vocabulary)
 # once per 1,024 tokens, enough to keep its matmul compute-bound.
@@ -102,14 +102,15 @@ SIZES = {
                  answer_tokens=1024, agent_minibatches=10),
     "7b": dict(model="qwen2.5-7b", vocab_size=152064,
                mesh=dict(data=1, fsdp=-1, tensor=4),
-               remat_policy="full", logprob_chunk_size=128,
+               remat_policy="dots_no_batch", logprob_chunk_size=128,
                answer_tokens=1024, agent_minibatches=10),
 }
 DEFAULT_SIZE = "7b"
-DECODE_WINDOWS = 8
+DECODE_WINDOWS = 16
 EPISODIC = "_bfcl_multi_turn"
 EPISODIC_MINIBATCHES = 20
 EPISODIC_LOGPROB_CHUNK = 32
+EPISODIC_REMAT = "full"
 VARIANTS = tuple(SIZES) + ("cpu", DEFAULT_SIZE + EPISODIC)
 
 # The cpu variant's players: the Qwen2.5 layout (GQA, qkv bias, tied
@@ -157,12 +158,14 @@ def _episodic(c: ml_collections.ConfigDict) -> None:
   c.task.update(max_prompt_tokens=6144, max_written_tokens=1536,
                 max_simulator_tokens=2048, max_turns=4, max_action_tokens=256,
                 max_observation_tokens=384)
-  # Rows of 8,320 tokens: 16-row minibatches and 32-position log-prob chunks
-  # keep the step within a v4 chip (docs/tpu_pods.md).
+  # Rows of 8,320 tokens: 16-row minibatches, 32-position log-prob chunks and
+  # remat "full" keep the step within a v4 chip (docs/tpu_pods.md).
   c.coevolve.update(num_seeds=8, variations=4, attempts=8,
                     agent_minibatches=EPISODIC_MINIBATCHES,
                     logprob_chunk_size=EPISODIC_LOGPROB_CHUNK)
   c.pool.replay_tasks = 8
+  for player in (c.agent, c.simulator):
+    player.model_overrides.remat_policy = EPISODIC_REMAT
   # 4 steps hold 2 turns of one call step and one closing step each: seeds keep
   # their first 2 turns (150 train / 20 held-out entries fit, docs/tpu_pods.md).
   c.data.max_seed_turns = 2

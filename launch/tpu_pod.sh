@@ -26,7 +26,8 @@ Options:
   --runtime=VERSION    TPU VM software version (TPU_RUNTIME; default tpu-ubuntu2204-base,
                        for v4; v5p: v2-alpha-tpuv5, v5e: v2-alpha-tpuv5-lite)
   --project=PROJECT    Google Cloud project (GCP_PROJECT; default: gcloud's)
-  --config=CONFIG      default configs/qwen_tpu.py:7b
+  --config=CONFIG      default configs/qwen_tpu.py:7b (on v5litepod slices, 16 GiB
+                       chips, its remat policy becomes "full" unless -- sets one)
   --hf_model=REPO      Hugging Face model downloaded on every worker and used for both
                        players and the tokenizer, e.g. Qwen/Qwen2.5-7B-Instruct
   --seed_data=GS_DIR   gs:// directory of seed JSONL / parquet files, copied to every worker
@@ -166,6 +167,16 @@ remote_words() {
 on_all_workers() {  # $1: a shell command line run on every worker
   run "${tpu[@]}" ssh "$name" "${where[@]}" --worker=all --command="$1"
 }
+
+# 16 GiB chips (v5litepod): the 7b presets' remat policy "dots_no_batch" (which
+# keeps the blocks' matmul outputs) does not fit them; they recompute each block
+# whole ("full"), unless the flags after -- choose a policy.
+if [[ "$accelerator" == v5litepod-* && "$config" =~ qwen_tpu\.py(:7b)?$
+      && " ${train_flags[*]} " != *remat_policy=* ]]; then
+  train_flags=(--config.agent.model_overrides.remat_policy=full
+               --config.simulator.model_overrides.remat_policy=full
+               "${train_flags[@]}")
+fi
 
 # 0. Preflight: compile every program of the run for this slice here (no TPU
 #    needed) and stop before creating anything when one does not fit in HBM.

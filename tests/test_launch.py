@@ -95,6 +95,32 @@ def test_dry_run_prints_every_command():
     assert flag in train, flag
 
 
+def _train_and_preflight_flags(out) -> tuple[list[str], list[str]]:
+  preflight = next(shlex.split(line) for line in out.stdout.splitlines()
+                   if "train.bench.compile_check" in line)
+  start = next(w for c in _gcloud_lines(out.stdout) if c[4] == "ssh"
+               for w in c if "train.main" in w)
+  return shlex.split(start.split("nohup ", 1)[1].split(" > ", 1)[0]), preflight
+
+
+@pytest.mark.parametrize("accelerator,extra,full", [
+    ("v5litepod-32", [], True),
+    ("v4-64", [], False),
+    ("v5litepod-32", ["--config.agent.model_overrides.remat_policy=dots"], False)])
+def test_16_gib_chips_get_the_7b_presets_full_remat(accelerator, extra, full):
+  """On v5litepod slices the 7b preset's remat becomes "full" in both the
+  preflight and the run, unless the flags after -- choose one."""
+  required = [f for f in REQUIRED if not f.startswith("--accelerator")]
+  out = _launch(["--dry_run", *required, f"--accelerator={accelerator}",
+                 "--", *extra])
+  assert out.returncode == 0, out.stderr
+  flags = [f"--config.{p}.model_overrides.remat_policy=full"
+           for p in ("agent", "simulator")]
+  for command in _train_and_preflight_flags(out):
+    assert all((flag in command) == full for flag in flags), command
+    assert all(flag in command for flag in extra)
+
+
 @pytest.mark.parametrize("missing", ["--name", "--zone", "--accelerator",
                                      "--workdir"])
 def test_a_missing_required_flag_fails_with_its_name(missing):
@@ -251,7 +277,7 @@ def test_the_cpu_variant_builds_its_step(tmp_path, monkeypatch):
   domain = get_domain(config.task)
   players = loop.build_players(config, domain)
   assert players.agent_model.vocab_size == domain.vocab_size
-  assert players.agent_model.remat_policy == "full"
+  assert players.agent_model.remat_policy == qwen_tpu.SIZES["7b"]["remat_policy"]
   mesh = sharding.make_mesh(dict(config.mesh))
   params = loop.init_player_params(players.agent_model, jax.random.PRNGKey(0),
                                    mesh, sharding.DEFAULT_RULES)

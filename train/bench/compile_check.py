@@ -380,8 +380,9 @@ def phases(setup: Setup, only: tuple[str, ...] = (),
   `only` (when not empty), compiled on its own unless not compile_them.
 
   Ideal bytes per device: a decode step reads the sampling copy of the
-  weights once and the KV cache's filled slots (`live_cache_bytes`), a
-  prefill the weights once; a forward pass reads the weights once per row
+  weights once (of an untied input embedding only its tokens' rows, left
+  out) and the KV cache's filled slots (`live_cache_bytes`), a prefill the
+  weights once; a forward pass reads the weights once per row
   pass; an update step reads them twice (forward, backward), writes the
   gradient and runs AdamW (OPTIMIZER_PASSES).
   """
@@ -413,9 +414,12 @@ def phases(setup: Setup, only: tuple[str, ...] = (),
 
   def sampling_bytes(model, params, rows, prompt, new_tokens):
     # Prefill and each decode step read the sampling copy of the weights (in
-    # the compute dtype; "gathered": whole over fsdp), each step the cache.
+    # the compute dtype; "gathered": whole over fsdp), each step the cache;
+    # of an untied input embedding only the tokens' rows.
     gathered = cc.sampling_layout == "gathered"
-    weights = _param_bytes(params, model.dtype) * (
+    read = ({k: v for k, v in params.items() if k != "embed"}
+            if not model.tie_embeddings else params)
+    weights = _param_bytes(read, model.dtype) * (
         setup.mesh.shape["fsdp"] if gathered else 1)
     return ((1 + new_tokens) * weights
             + live_cache_bytes(model, rows, prompt, new_tokens) / devices)
