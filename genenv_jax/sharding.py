@@ -275,7 +275,8 @@ def rows_on_their_devices(fn: Callable[..., Any], shared, *arrays: jax.Array):
   def local(*args):
     with nn.logical_axis_rules(local_rules):
       return fn(*args)
-  return jax.shard_map(local, mesh=mesh, in_specs=(whole,) + (rows,) * len(arrays),
+  return jax.shard_map(local, mesh=mesh,
+                       in_specs=(whole,) + (rows,) * len(arrays),
                        out_specs=rows, axis_names=set(names),
                        check_vma=False)(shared, *arrays)
 

@@ -217,7 +217,8 @@ def test_the_roofline_bounds_each_operation_by_its_flops_or_its_bytes():
   """The dot: 2 x 64^3 FLOPs over 3 x 16 KiB; the negate: no FLOPs over
   32 KiB. At 5 FLOPs per byte the dot is compute-bound, at 100 both are
   memory-bound; the negate is memory-bound either way."""
-  dot_flops, dot_bytes, negate_bytes = 2 * 64**3, 3 * 64 * 64 * 4, 2 * 64 * 64 * 4
+  dot_flops = 2 * 64**3
+  dot_bytes, negate_bytes = 3 * 64 * 64 * 4, 2 * 64 * 64 * 4
   for ridge, expected in ((5.0, dot_flops + 5.0 * negate_bytes),
                           (100.0, 100.0 * (dot_bytes + negate_bytes))):
     cost = hlo_cost.Module(_DOT_THEN_NEGATE, 1, ridge).cost()

@@ -106,7 +106,8 @@ def _train_and_preflight_flags(out) -> tuple[list[str], list[str]]:
 @pytest.mark.parametrize("accelerator,extra,full", [
     ("v5litepod-32", [], True),
     ("v4-64", [], False),
-    ("v5litepod-32", ["--config.agent.model_overrides.remat_policy=dots"], False)])
+    ("v5litepod-32", ["--config.agent.model_overrides.remat_policy=dots"],
+     False)])
 def test_16_gib_chips_get_the_7b_presets_full_remat(accelerator, extra, full):
   """On v5litepod slices the 7b preset's remat becomes "full" in both the
   preflight and the run, unless the flags after -- choose one."""
@@ -277,7 +278,8 @@ def test_the_cpu_variant_builds_its_step(tmp_path, monkeypatch):
   domain = get_domain(config.task)
   players = loop.build_players(config, domain)
   assert players.agent_model.vocab_size == domain.vocab_size
-  assert players.agent_model.remat_policy == qwen_tpu.SIZES["7b"]["remat_policy"]
+  remat = qwen_tpu.SIZES["7b"]["remat_policy"]
+  assert players.agent_model.remat_policy == remat
   mesh = sharding.make_mesh(dict(config.mesh))
   params = loop.init_player_params(players.agent_model, jax.random.PRNGKey(0),
                                    mesh, sharding.DEFAULT_RULES)

@@ -49,6 +49,9 @@ import json
 import math
 import re
 
+from absl import app
+from absl import flags
+
 DTYPE_BYTES = {
     "pred": 1, "s2": 0.25, "u2": 0.25, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1,
     "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
@@ -426,7 +429,8 @@ class Module:
 
   def _in_hbm(self, name: str) -> bool:
     """Whether value `name` lies in HBM (not in on-chip memory)."""
-    return any(space == 0 for _, _, space in _arrays(self._shapes.get(name, "")))
+    arrays = _arrays(self._shapes.get(name, ""))
+    return any(space == 0 for _, _, space in arrays)
 
   def _sent_bytes(self, kind: str, i: Instruction) -> float:
     """Bytes one device sends for collective `i`."""
@@ -620,8 +624,8 @@ def report(text: str, num_devices: int, top: int = 20,
     raise ValueError(f"sort={sort!r}: expected one of {sorted(SORT_KEYS)}.")
   module = Module(text, num_devices)
   total = module.cost()
-  lines = [f"total: {total.flops / 1e12:.2f} TFLOP, {total.hbm_bytes / 1e9:.1f} "
-           f"GB HBM, {total.collective_bytes / 1e9:.1f} GB sent "
+  lines = [f"total: {total.flops / 1e12:.2f} TFLOP, "
+           f"{total.hbm_bytes / 1e9:.1f} GB HBM, {total.collective_bytes / 1e9:.1f} GB sent "
            f"{collectives_json(total)}, unknown loops {total.unknown_loops}"]
   sources = sorted(module.by_source(), key=lambda s: -SORT_KEYS[sort](s[1]))
   for source, cost in sources[:top]:
@@ -631,7 +635,6 @@ def report(text: str, num_devices: int, top: int = 20,
 
 
 def main(argv):
-  from absl import flags  # pylint: disable=g-import-not-at-top
   if len(argv) != 2:
     raise SystemExit("usage: python -m train.bench.hlo_cost FILE.hlo "
                      "--devices=N [--top=K] [--sort=hbm|flops|collective]")
@@ -641,7 +644,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from absl import app, flags  # pylint: disable=g-import-not-at-top,g-multiple-import
   flags.DEFINE_integer("devices", 1, "Devices the program was compiled for "
                        "(the size of a collective's group when it names none).")
   flags.DEFINE_integer("top", 20, "Sources to list.")
