@@ -45,7 +45,7 @@ What each size sets (everything else is configs/text.py):
   - coevolve.decode_windows=16: the decode loop runs in 16 parts attending
     to the prompt and 1/16, 2/16, ..., all of the response slots, so decode
     steps read 17/32 of the response's KV cache on average instead of all of
-    it (docs/tpu_pods.md, "Decoding").
+    it (docs/tpu_pods.md, "The 7B step, compiled").
   - coevolve.sampling_layout="gathered" (from configs/default.py): once per
     step each player's weights are gathered whole over fsdp (still split over
     tensor) for decoding, so the decode loop does not gather them again at
@@ -63,10 +63,8 @@ What each size sets (everything else is configs/text.py):
     step's compile needs more than 18 GB of host memory and 30 CPU-minutes at
     7B, about 19 GB and still growing when stopped at 1.5B, and 14.7 GB and
     24 minutes at 0.5B: too much for the preflight on a workstation
-    (docs/tpu_pods.md). The cost: the
-    scanned decoder passes the KV cache through the layer scan, one copy of
-    it per decode step, where an unscanned one updates each layer's cache in
-    place (models/decoder.py).
+    (docs/tpu_pods.md). The scanned decoder carries the stacked KV cache
+    through the layer scan and updates it in place (models/decoder.py).
   - batches (all sizes): 16 seeds x 4 variations = 64 tasks written per step
     (the paper's batch 64 for the simulator), 16 replayed pool tasks, 8
     attempts each = 640 attempts, trained in 10 GRPO minibatches of 64.

@@ -6,6 +6,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from models.config import get_preset
@@ -276,3 +277,16 @@ def test_an_operand_a_nested_fusion_only_slices_counts_the_slice():
       "  %all = f32[4,8,128]{2,1,0} negate(%q0)\n"
       "  ROOT %sum = f32[8,128]{1,0} add(%both, %q2)")
   assert hlo_cost.Module(whole).cost().hbm_bytes == 4 * layer + 4 + 2 * layer
+
+
+def test_the_report_of_a_saved_program_lists_its_costliest_sources():
+  """`python -m train.bench.hlo_cost FILE`'s report: the totals, then the
+  sources in the order asked for (the dot has the FLOPs, the negate's bytes
+  are fewer than the dot's); an unknown order is named."""
+  lines = hlo_cost.report(_DOT_THEN_NEGATE, 1, top=2, sort="flops").splitlines()
+  assert lines[0].startswith("total: 0.00 TFLOP, 0.0 GB HBM")
+  assert lines[1].endswith("dot") and lines[2].endswith("negate")
+  by_bytes = hlo_cost.report(_DOT_THEN_NEGATE, 1, top=1, sort="hbm")
+  assert by_bytes.splitlines()[1].endswith("dot")
+  with pytest.raises(ValueError, match="sort='time'"):
+    hlo_cost.report(_DOT_THEN_NEGATE, 1, sort="time")
