@@ -3,7 +3,8 @@
 Variants (`--config=configs/qwen_tpu.py:VARIANT`):
   7b    (the default) Qwen2.5-7B players, 32 chips or more, a multiple of 4
         (v4-64, v5p-64, v5litepod-32): the whole step compiled for v4-64 peaks
-        at 12.9 GiB per chip (docs/tpu_pods.md)
+        at 19.6 GiB per chip, for v5p-64 at 19.4 GiB, for v5litepod-32 (remat
+        "full") at 14.3 GiB (docs/tpu_pods.md)
   1.5b  Qwen2.5-1.5B players, a multiple of 8 chips: the whole step compiled
         for v4-16 peaks at 22.1 GiB per chip
   0.5b  Qwen2.5-0.5B players, a multiple of 4 chips: the whole step compiled
@@ -16,10 +17,10 @@ Variants (`--config=configs/qwen_tpu.py:VARIANT`):
         first user turn), then up to 4 steps of 256 tokens with observations
         of 384 between them; seeds keep their first 2 turns; 8 seeds x 4
         variations + 8 replayed tasks, 8 episodes each (320 rows), 20 GRPO
-        minibatches of 16 rows, log-prob chunks of 32 positions. Its coevolve_step compiled for v4-64 peaks at
-        24.3 GiB per chip, for v5p-64 at 24.4 GiB (docs/tpu_pods.md; compile_check with
-        --programs=coevolve_step: the held-out program and the phase models
-        are single-answer ones).
+        minibatches of 16 rows, log-prob chunks of 32 positions, remat
+        "full". Its coevolve_step compiled for v4-64 peaks at 19.5 GiB per
+        chip (docs/tpu_pods.md; compile_check with --programs=coevolve_step:
+        the held-out program and the phase models are single-answer ones).
 
 launch/tpu_pod.sh starts it on every worker of a pod slice and fills in the
 paths of this command:
