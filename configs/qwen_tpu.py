@@ -6,9 +6,9 @@ Variants (`--config=configs/qwen_tpu.py:VARIANT`):
         at 19.6 GiB per chip, for v5p-64 at 19.4 GiB, for v5litepod-32 (remat
         "full") at 14.3 GiB (docs/tpu_pods.md)
   1.5b  Qwen2.5-1.5B players, a multiple of 8 chips: the whole step compiled
-        for v4-16 peaks at 22.1 GiB per chip
+        for v4-16 peaks at 21.3 GiB per chip
   0.5b  Qwen2.5-0.5B players, a multiple of 4 chips: the whole step compiled
-        for v4-8 peaks at 20.8 GiB per chip
+        for v4-8 peaks at 18.7 GiB per chip
   cpu   the 7b settings (remat, chunked log-probs) with tiny shapes, small
         batches and float32: runs on a CPU with random weights
   7b_bfcl_multi_turn  the 7b players on BFCL multi-turn tool use
