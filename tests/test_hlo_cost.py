@@ -282,11 +282,23 @@ def test_an_operand_a_nested_fusion_only_slices_counts_the_slice():
 def test_the_report_of_a_saved_program_lists_its_costliest_sources():
   """`python -m train.bench.hlo_cost FILE`'s report: the totals, then the
   sources in the order asked for (the dot has the FLOPs, the negate's bytes
-  are fewer than the dot's); an unknown order is named."""
+  are fewer than the dot's); with a chip, modeled seconds (each operation at
+  its roofline: both memory-bound on a v4 here) and the order by them; an
+  unknown order, or time without a chip, is named."""
   lines = hlo_cost.report(_DOT_THEN_NEGATE, 1, top=2, sort="flops").splitlines()
   assert lines[0].startswith("total: 0.00 TFLOP, 0.0 GB HBM")
   assert lines[1].endswith("dot") and lines[2].endswith("negate")
   by_bytes = hlo_cost.report(_DOT_THEN_NEGATE, 1, top=1, sort="hbm")
   assert by_bytes.splitlines()[1].endswith("dot")
-  with pytest.raises(ValueError, match="sort='time'"):
-    hlo_cost.report(_DOT_THEN_NEGATE, 1, sort="time")
+  chip = slices.parse_slice("v4-8").chip
+  timed = hlo_cost.report(_DOT_THEN_NEGATE, 1, top=2, sort="time",
+                          chip=chip).splitlines()
+  dot_s, negate_s = (3 * 64 * 64 * 4 / (chip.hbm_gbps * 1e9),
+                     2 * 64 * 64 * 4 / (chip.hbm_gbps * 1e9))
+  assert f"modeled {dot_s + negate_s:.4g} s" in timed[0]
+  assert timed[1].startswith(f"{dot_s:9.4g} s")
+  assert timed[2].startswith(f"{negate_s:9.4g} s")
+  assert timed[1].endswith("dot") and timed[2].endswith("negate")
+  for sort in ("speed", "time"):
+    with pytest.raises(ValueError, match=f"sort='{sort}'"):
+      hlo_cost.report(_DOT_THEN_NEGATE, 1, sort=sort)

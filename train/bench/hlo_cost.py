@@ -1,11 +1,11 @@
 """A compiled program's cost per device, read from its optimized HLO text,
 every loop counted as many times as it runs.
 
-  python -m train.bench.hlo_cost FILE.hlo --devices=N [--top=K] \
-      [--sort=hbm|flops|collective]
+  python -m train.bench.hlo_cost FILE.hlo --devices=N [--topology=SLICE] \
+      [--top=K] [--sort=hbm|flops|collective|time]
 
 prints a saved program's totals and its costliest sources (compile_check
---hlo_dir=DIR saves them).
+--hlo_dir=DIR saves them); with the slice, in modeled seconds too.
 
 XLA's own cost analysis (`compiled.cost_analysis()`) counts a while loop's
 body once, so a decode loop, a layer scan or a scan over GRPO minibatches
@@ -51,6 +51,8 @@ import re
 
 from absl import app
 from absl import flags
+
+from train.bench import slices
 
 DTYPE_BYTES = {
     "pred": 1, "s2": 0.25, "u2": 0.25, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1,
@@ -136,6 +138,12 @@ def _arrays(type_text: str) -> list[tuple[str, tuple[int, ...], int]]:
   return out
 
 
+def _hbm_bytes(arrays) -> float:
+  """Bytes of those of `_arrays`' arrays that lie in HBM (memory space 0)."""
+  return sum(DTYPE_BYTES[dtype] * math.prod(dims)
+             for dtype, dims, space in arrays if space == 0)
+
+
 def type_bytes(type_text: str) -> float:
   """Bytes of every array in an HLO type."""
   return sum(DTYPE_BYTES[dtype] * math.prod(dims)
@@ -144,8 +152,7 @@ def type_bytes(type_text: str) -> float:
 
 def hbm_type_bytes(type_text: str) -> float:
   """Bytes of the arrays of an HLO type that lie in HBM (memory space 0)."""
-  return sum(DTYPE_BYTES[dtype] * math.prod(dims)
-             for dtype, dims, space in _arrays(type_text) if space == 0)
+  return _hbm_bytes(_arrays(type_text))
 
 
 def _closing(text: str, start: int, open_: str = "(", close: str = ")") -> int:
@@ -376,13 +383,6 @@ class Module:
   # -------------------------------------------------------------- instructions
 
   def _instruction(self, i: Instruction) -> Cost:
-    cost = self._own_cost(i)
-    if self._control_callees(i) is None:
-      cost.roofline_flops = max(cost.flops,
-                                self.flops_per_byte * cost.hbm_bytes)
-    return cost
-
-  def _own_cost(self, i: Instruction) -> Cost:
     cost = Cost()
     op = i.opcode
     callees = self._control_callees(i)
@@ -399,7 +399,7 @@ class Module:
       callees = _called(i.attributes, "calls")
       cost.flops += sum(self._flops_only(c) for c in callees)
       cost.hbm_bytes += self._fusion_bytes(i, callees[0] if callees else "")
-      return cost
+      return self._at_roofline(cost)
     cost.flops += self._own_flops(i)
     if op in SLICING:
       # Reads the slice (and any indices), writes it.
@@ -415,12 +415,16 @@ class Module:
     elif op == "copy-start":
       # (destination, source alias, context): reads the source, writes the
       # destination.
-      cost.hbm_bytes += sum(self._operand_bytes(o) for o in i.operands) + sum(
-          DTYPE_BYTES[dtype] * math.prod(dims)
-          for dtype, dims, space in _arrays(i.type)[:1] if space == 0)
+      cost.hbm_bytes += (sum(self._operand_bytes(o) for o in i.operands)
+                         + _hbm_bytes(_arrays(i.type)[:1]))
     elif op not in NO_TRAFFIC:
       cost.hbm_bytes += hbm_type_bytes(i.type) + sum(
           self._operand_bytes(o) for o in i.operands)
+    return self._at_roofline(cost)
+
+  def _at_roofline(self, cost: Cost) -> Cost:
+    """`cost` of one operation with its roofline_flops set."""
+    cost.roofline_flops = max(cost.flops, self.flops_per_byte * cost.hbm_bytes)
     return cost
 
   def _operand_bytes(self, name: str) -> float:
@@ -592,7 +596,7 @@ class Module:
         return None
       parts = [named.get(o) for o in update.operands]
       if any(self._tuple_index(p) == index for p in parts):
-        steps = [self._constant(p) for p in parts if self._constant(p)]
+        steps = [c for c in map(self._constant, parts) if c]
         return steps[0] if steps else None
     return None
 
@@ -612,24 +616,37 @@ def dumps(record: dict) -> str:
   return json.dumps(record, sort_keys=False)
 
 
-SORT_KEYS = {"hbm": lambda c: c.hbm_bytes, "flops": lambda c: c.flops,
-             "collective": lambda c: c.collective_bytes}
+SORT_KEYS = ("hbm", "flops", "collective", "time")
 
 
-def report(text: str, num_devices: int, top: int = 20,
-           sort: str = "hbm") -> str:
+def report(text: str, num_devices: int, top: int = 20, sort: str = "hbm",
+           chip: slices.Chip | None = None) -> str:
   """The module's cost per device, then its `top` costliest sources by
-  `sort` (hbm, flops or collective): one line each."""
-  if sort not in SORT_KEYS:
-    raise ValueError(f"sort={sort!r}: expected one of {sorted(SORT_KEYS)}.")
-  module = Module(text, num_devices)
+  `sort` (hbm, flops, collective or, with a chip, time): one line each.
+  With the chip (one device per chip), each also in modeled seconds: its
+  per-operation roofline plus its collectives at the chip's ICI bandwidth,
+  as compile_check's modeled_s."""
+  if sort not in SORT_KEYS or (sort == "time" and chip is None):
+    raise ValueError(f"sort={sort!r}: expected one of {SORT_KEYS} ('time' "
+                     "with a chip).")
+  peak = chip.peak_tflops * 1e12 if chip else 0.0
+  module = Module(text, num_devices,
+                  peak / (chip.hbm_gbps * 1e9) if chip else 0.0)
+  seconds = lambda c: (c.roofline_flops / peak
+                       + c.collective_bytes / (chip.ici_gbps * 1e9))
+  key = {"hbm": lambda c: c.hbm_bytes, "flops": lambda c: c.flops,
+         "collective": lambda c: c.collective_bytes, "time": seconds}[sort]
   total = module.cost()
   lines = [f"total: {total.flops / 1e12:.2f} TFLOP, "
-           f"{total.hbm_bytes / 1e9:.1f} GB HBM, {total.collective_bytes / 1e9:.1f} GB sent "
-           f"{collectives_json(total)}, unknown loops {total.unknown_loops}"]
-  sources = sorted(module.by_source(), key=lambda s: -SORT_KEYS[sort](s[1]))
+           f"{total.hbm_bytes / 1e9:.1f} GB HBM, "
+           f"{total.collective_bytes / 1e9:.1f} GB sent "
+           f"{collectives_json(total)}, unknown loops {total.unknown_loops}"
+           + (f", modeled {seconds(total):.4g} s (roofline "
+              f"{total.roofline_flops / peak:.4g} s)" if chip else "")]
+  sources = sorted(module.by_source(), key=lambda item: -key(item[1]))
   for source, cost in sources[:top]:
-    lines.append(f"{cost.hbm_bytes / 1e9:10.1f} GB {cost.flops / 1e12:9.2f} "
+    lines.append((f"{seconds(cost):9.4g} s " if chip else "")
+                 + f"{cost.hbm_bytes / 1e9:10.1f} GB {cost.flops / 1e12:9.2f} "
                  f"TFLOP {cost.collective_bytes / 1e9:8.1f} GB sent  {source}")
   return "\n".join(lines)
 
@@ -637,15 +654,20 @@ def report(text: str, num_devices: int, top: int = 20,
 def main(argv):
   if len(argv) != 2:
     raise SystemExit("usage: python -m train.bench.hlo_cost FILE.hlo "
-                     "--devices=N [--top=K] [--sort=hbm|flops|collective]")
+                     "--devices=N [--topology=SLICE] [--top=K] "
+                     "[--sort=hbm|flops|collective|time]")
   with open(argv[1]) as f:
     text = f.read()
-  print(report(text, flags.FLAGS.devices, flags.FLAGS.top, flags.FLAGS.sort))
+  topology = flags.FLAGS.topology
+  print(report(text, flags.FLAGS.devices, flags.FLAGS.top, flags.FLAGS.sort,
+               slices.parse_slice(topology).chip if topology else None))
 
 
 if __name__ == "__main__":
   flags.DEFINE_integer("devices", 1, "Devices the program was compiled for "
                        "(the size of a collective's group when it names none).")
   flags.DEFINE_integer("top", 20, "Sources to list.")
-  flags.DEFINE_enum("sort", "hbm", sorted(SORT_KEYS), "Order of the sources.")
+  flags.DEFINE_string("topology", None, "The slice it was compiled for "
+                      "(e.g. v5p-64): adds modeled seconds, and --sort=time.")
+  flags.DEFINE_enum("sort", "hbm", list(SORT_KEYS), "Order of the sources.")
   app.run(main)

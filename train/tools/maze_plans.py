@@ -18,7 +18,6 @@ keep), so these are the mazes it learned from, not all it wrote.
 from __future__ import annotations
 
 import collections
-import json
 
 import jax
 import jax.numpy as jnp
@@ -47,7 +46,7 @@ def plan_counts(domain: maze.MazeDomain, generations: dict[str, np.ndarray]
 
 
 def run(config, workdir: str, step: int | None) -> list[dict]:
-  """Prints and returns the records of checkpoint `step` (None: latest)."""
+  """The records of checkpoint `step` (None: latest)."""
   domain = get_domain(config.task)
   if not isinstance(domain, maze.MazeDomain):
     raise ValueError(f"config.task.name={config.task.name!r}: maze_plans "
@@ -60,8 +59,6 @@ def run(config, workdir: str, step: int | None) -> list[dict]:
               for (s, p), c in sorted(by_seed.items())]
              + [dict(step=step, plan=p, level=l, count=c)
                 for (p, l), c in sorted(by_plan.items())])
-  for record in records:
-    print(json.dumps(record), flush=True)
   return records
 
 

@@ -23,7 +23,6 @@ agent always solves and tasks it almost never does; this shows that mix.
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -87,13 +86,11 @@ def breakdown(domain, rows: dict[str, np.ndarray]) -> list[dict]:
 
 
 def run(config, workdir: str, step: int | None) -> list[dict]:
-  """Prints and returns the records of checkpoint `step` (None: latest)."""
+  """The records of checkpoint `step` (None: latest)."""
   domain = get_domain(config.task)
   step, pool = run_checkpoints.task_pool(workdir, step)
   records = [dict(step=step, **r) for r in
              breakdown(domain, generated_rows(config, workdir, pool))]
-  for record in records:
-    print(json.dumps(record), flush=True)
   return records
 
 

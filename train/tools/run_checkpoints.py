@@ -5,6 +5,7 @@ checkpoints, for the tools that study them apart from the run:
 
 from __future__ import annotations
 
+import json
 import os
 
 from absl import app
@@ -64,8 +65,9 @@ def generation_pool(workdir: str, step: int | None = None
 def checkpoint_tool_main(run, read: str) -> None:
   """The command line of a tool that reads one checkpoint of a run: flags
   --config (the run's config), --workdir and --step (default: the latest),
-  then run(config, workdir, step). read: what the tool reads, for --step's
-  help. Its flags exist only when the tool runs as a command."""
+  then run(config, workdir, step), whose records (dicts) it prints as JSON
+  lines. read: what the tool reads, for --step's help. Its flags exist only
+  when the tool runs as a command."""
   config = config_flags.DEFINE_config_file("config", None, "The run's config.")
   workdir = flags.DEFINE_string("workdir", None, "A run's workdir with its "
                                 "checkpoints (and seed data).")
@@ -75,6 +77,7 @@ def checkpoint_tool_main(run, read: str) -> None:
 
   def run_from_flags(argv):
     del argv
-    run(config.value, workdir.value, step.value)
+    for record in run(config.value, workdir.value, step.value):
+      print(json.dumps(record), flush=True)
 
   app.run(run_from_flags)
