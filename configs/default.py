@@ -56,8 +56,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       tfds_dir="",           # "" = <workdir>/tfds
       num_train=20000,       # seed tasks, uniform over difficulty
       num_test_per_level=200,
-      seed=0,
   ))
+  # The seed data follows the run's seed (a derived reference: --config.seed=N
+  # moves it too; --config.data.seed=K alone fixes the data while the
+  # initialisation, warm-start and sampling follow the seed).
+  c.data.seed = c.get_ref("seed") + 0
 
   def player(learning_rate):
     return ml_collections.ConfigDict(dict(
@@ -113,10 +116,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   ))
 
   c.coevolve = ml_collections.ConfigDict(dict(
-      # 240 steps: at α = 0.5 the simulator's difficulty only starts to climb
-      # after about 120, and the demo stays under 10 minutes
-      # (docs/configuration.md, "Co-evolution steps").
-      num_steps=240,
+      # 960 steps: the agent's held-out gains on its frontier levels take
+      # several hundred steps to show task by task, and the demo stays under
+      # 10 minutes on a 2-core CPU (docs/demo.md).
+      num_steps=960,
       num_seeds=8,           # S seed tasks per step
       variations=4,          # m tasks written per seed
       attempts=10,           # G agent attempts per task (p̂ ∈ {0, .1, ..., 1})
@@ -149,8 +152,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # slots, so early tokens read less of the KV cache; each part is
       # compiled on its own. 1: one loop over every slot.
       decode_windows=1,
-      seed_trim=0.0,         # > 0: seeds skip this fraction of the lowest- and
-                             # of the highest-scoring rows (by agent success)
+      # How seeds are drawn from D_train: "uniform", or "learnability": ∝
+      # p(1 - p) of the agent's recorded success p on each row (+
+      # pool.learnability_floor), so the simulator writes variations of the
+      # tasks the agent is learning rather than of ones it always or never
+      # solves (the curate-then-edit of ACCEL; genenv_jax/pool.py).
+      seed_selection="learnability",
+      seed_trim=0.0,         # > 0 (uniform seeds only): seeds skip this
+                             # fraction of the lowest- and of the
+                             # highest-scoring rows (by agent success)
       # Stage 2's own random stream: runs that start from one warm-start
       # (warmstart.init_from, whose step 0 holds the rng) and differ in
       # rl_seed are replicates paired by that warm-start. 0: the step-0
@@ -193,7 +203,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       kl_estimator="k3",
       entropy_coef=0.0,
       aggregation="token",
-      normalize_std=True,
+      # The policy-gradient term's normaliser: "all" response tokens, or
+      # "informative": only those of rows with a nonzero advantage (groups
+      # whose attempts disagree), so the KL term keeps its weight against
+      # the signal however few groups carry one.
+      pg_normalizer="informative",
+      # False: advantages r - mean_group (no division by the group's std),
+      # so one odd attempt in a near-solved group gets -0.9, not -3.
+      normalize_std=False,
   ))
 
   # Simulator update (paper: RWR, KL to the initial simulator, KL cap; the
@@ -222,6 +239,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       num_base=2048,         # base rows taken from the seed dataset ...
       base_max_difficulty=2,  # ... among its tasks up to this level (the agent's base data)
       replay_tasks=8,        # pool tasks the agent also attempts each step
+      # How they are drawn: "uniform" or "learnability" (as
+      # coevolve.seed_selection); either way each replayed row's recorded
+      # success is updated.
+      replay_selection="learnability",
+      # Under learnability selection every filled row weighs p(1 - p) + this
+      # (> 0): rows never attempted (the base data at first) weigh it alone.
+      learnability_floor=0.01,
       generation_capacity=2048,     # D_env rows (kept generations)
       keep_generated="all",  # "all" valid generated tasks | "latest" step's only
       # Which fresh tasks enter D_train: "valid" (all) | "informative" (those
@@ -230,10 +254,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   ))
 
   c.eval = ml_collections.ConfigDict(dict(
-      every_steps=20,     # held-out accuracy per difficulty (greedy)
+      every_steps=40,     # held-out accuracy per difficulty (greedy)
       # > 0: also the sampled success rate of this many answers per held-out
-      # task (eval/sampled_success_d<l>), which moves before greedy accuracy.
-      samples=0,
+      # task (eval/sampled_success_d<l>), which moves before greedy accuracy;
+      # paired per task with the step-0 agent's, it detects a gain of 0.05 on
+      # a level of 200 tasks (train/heldout.py: eval/sampled_gain_*).
+      samples=8,
   ))
   c.log_every = 5           # each logged step metric is its mean over these steps
   c.checkpoint_every = 40
@@ -376,7 +402,9 @@ def _arm_reference_code(c: ml_collections.ConfigDict) -> None:
   the 10% lowest- and highest-scoring rows, and an agent pool of the base data
   plus the latest generation only."""
   _frozen_simulator(c)
+  c.coevolve.seed_selection = "uniform"
   c.coevolve.seed_trim = 0.1
+  c.pool.replay_selection = "uniform"
   c.pool.keep_generated = "latest"
 
 

@@ -41,8 +41,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       tfds_dir="",     # unused: mazes are drawn by train/maze_data.py
       num_train=8000,  # seed mazes, equal shares per level
       num_test_per_level=50,
-      seed=0,
   ))
+  c.data.seed = c.get_ref("seed") + 0  # follows config.seed
   # Episodes: an action is one move and EOS (A = 2), an observation the
   # move's outcome, position and neighbours (O = 7); the prompt is the map,
   # the goal's position and the start's surroundings.

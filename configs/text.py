@@ -106,8 +106,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       prompt_field="prompt",
       answer_field="answer",
       test_fraction=0.1,       # held out when the directory has no test* files
-      seed=0,
   ))
+  c.data.seed = c.get_ref("seed") + 0  # follows config.seed
   for player in (c.agent, c.simulator):
     player.model_overrides = ml_collections.ConfigDict(dict(
         dtype="bfloat16", param_dtype="float32"))
@@ -168,8 +168,8 @@ def _bfcl_multi_turn(c: ml_collections.ConfigDict) -> None:
       categories=("multi_turn_base", "multi_turn_miss_param"),
       test_fraction=0.1,         # share of entry numbers held out (all categories)
       max_seed_turns=0,          # seeds keep their first N turns (0: all)
-      seed=0,
   ))
+  c.data.seed = c.get_ref("seed") + 0  # follows config.seed
   c.episodes = ml_collections.ConfigDict(dict(
       reward="success",          # success: the checker's verdict | turn_sum: share
                                  # of turns passed

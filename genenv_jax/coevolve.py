@@ -189,8 +189,9 @@ def write_tasks(config, domain: TaskDomain, players: Players,
   """Stages 1-2: the simulator writes `variations` tasks per seed task, and
   the domain parses them.
 
-  Online generation draws seeds from D_train with the agent's success on each
-  as the summary signal. Static generation draws them from the base data with
+  Online generation draws seeds from D_train (uniformly, or by learnability
+  p(1 - p) of the agent's recorded success: config.coevolve.seed_selection)
+  with the agent's success on each as the summary signal. Static generation draws them from the base data with
   no signal, so with the simulator frozen, step t's tasks are a function of t
   alone: batch t of one fixed dataset, whatever the agent does. Scripted
   generation ("uniform", "oracle_learnability"; genenv_jax/scripted.py) has
@@ -213,8 +214,10 @@ def write_tasks(config, domain: TaskDomain, players: Players,
     seed_idx = pool_lib.sample_base_indices(state.pool, seed_key, cc.num_seeds)
     seed_success = jnp.full((cc.num_seeds,), pool_lib.UNKNOWN_SUCCESS)
   else:
-    seed_idx = pool_lib.sample_indices(state.pool, seed_key, cc.num_seeds,
-                                       cc.seed_trim)
+    seed_idx = pool_lib.draw_indices(state.pool, seed_key, cc.num_seeds,
+                                     cc.seed_selection,
+                                     config.pool.learnability_floor,
+                                     cc.seed_trim)
     seed_success = state.pool.success[seed_idx]
   prompt, prompt_mask = domain.simulator_prompt(state.pool.tasks[seed_idx],
                                                 seed_success)
@@ -232,9 +235,12 @@ def write_tasks(config, domain: TaskDomain, players: Players,
 
 def replay_tasks(config, domain: TaskDomain, pool: pool_lib.TaskPool, key
                  ) -> tuple[jax.Array, ParsedTasks]:
-  """Stage 3's replay: Q = config.pool.replay_tasks tasks drawn from D_train.
-  Returns (int32[Q] their pool rows, their ParsedTasks)."""
-  idx = pool_lib.sample_indices(pool, key, config.pool.replay_tasks)
+  """Stage 3's replay: Q = config.pool.replay_tasks tasks drawn from D_train
+  (uniformly, or by learnability: config.pool.replay_selection). Returns
+  (int32[Q] their pool rows, their ParsedTasks)."""
+  idx = pool_lib.draw_indices(pool, key, config.pool.replay_tasks,
+                              config.pool.replay_selection,
+                              config.pool.learnability_floor)
   rows = pool.tasks[idx]
   return idx, domain.parse(rows, rows != domain.pad_id)
 

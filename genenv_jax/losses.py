@@ -24,6 +24,8 @@ import jax.numpy as jnp
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 AGGREGATIONS = ("token", "sequence")
+# What the GRPO policy-gradient term is averaged over (config.grpo.pg_normalizer).
+PG_NORMALIZERS = ("all", "informative")
 PG_BASELINES = ("seed", "batch")
 
 
@@ -132,7 +134,9 @@ def grpo_loss(logp: jax.Array, old_logp: jax.Array, ref_logp: jax.Array,
 
   Per token: -min(ρ A, clip(ρ, 1 - clip_low, 1 + clip_high) A)
              + kl_coef · KL_est(π || π_ref) - entropy_coef · H,
-  with ρ = exp(logp - old_logp), aggregated by cfg.aggregation.
+  with ρ = exp(logp - old_logp), each term aggregated by cfg.aggregation
+  over the response tokens; with cfg.pg_normalizer = "informative" the first
+  term only over the tokens of rows whose advantage is nonzero.
 
   Args:
     logp, old_logp, ref_logp: f32[N, T] (old and ref are not differentiated).
@@ -172,17 +176,28 @@ def grpo_loss(logp: jax.Array, old_logp: jax.Array, ref_logp: jax.Array,
   clipped_objective = clipped_ratio * adv
   pg = -jnp.minimum(unclipped_objective, clipped_objective)
   kl = kl_estimate(logp, ref_logp, cfg.kl_estimator)
-  per_token = pg + cfg.kl_coef * kl
+  # The policy-gradient term's normaliser: every response token, or only
+  # those of rows with a nonzero advantage (the rest add exactly 0 to it), so
+  # that a batch where few groups disagree is not diluted by the others.
+  pg_mask = mask
+  if cfg.pg_normalizer == "informative":
+    pg_mask = mask & (adv != 0.0)
+  elif cfg.pg_normalizer != "all":
+    raise ValueError(f"pg_normalizer = {cfg.pg_normalizer!r} is not one of "
+                     f"{PG_NORMALIZERS}.")
+  pg_term = aggregate(pg, pg_mask, cfg.aggregation)
+  kl_term = aggregate(kl, mask, cfg.aggregation)
   metrics = {
-      "pg_loss": aggregate(pg, mask, cfg.aggregation),
-      "kl": aggregate(kl, mask, cfg.aggregation),
+      "pg_loss": pg_term,
+      "kl": kl_term,
       "clip_frac": _token_mean(clipped_objective < unclipped_objective, mask),
       "ratio_mean": _token_mean(ratio, mask),
   }
+  loss = pg_term + cfg.kl_coef * kl_term
   if entropy is not None:
-    per_token = per_token - cfg.entropy_coef * entropy
     metrics["entropy"] = aggregate(entropy, mask, cfg.aggregation)
-  return aggregate(per_token, mask, cfg.aggregation), metrics
+    loss = loss - cfg.entropy_coef * metrics["entropy"]
+  return loss, metrics
 
 
 def rwr_loss(logp: jax.Array, ref_logp: jax.Array, mask: jax.Array,

@@ -135,6 +135,41 @@ def sample_indices(pool: TaskPool, rng: jax.Array, n: int,
   ).astype(jnp.int32)
 
 
+SELECTIONS = ("uniform", "learnability")
+
+
+def learnability_weights(pool: TaskPool, floor: float) -> jax.Array:
+  """f32[C] each row's draw weight under learnability selection: p(1 - p)
+  of its recorded success p, plus `floor`; rows never attempted weigh
+  `floor` alone, empty rows 0.
+
+  p(1 - p) is the expected squared policy-gradient norm of a binary reward
+  at success rate p (the quantity the α-curriculum targets), so the draw
+  favours the tasks GRPO learns most from: "No Regrets" / learnability
+  sampling (Rutherford et al., 2024).
+  """
+  rows = jnp.arange(pool.capacity)
+  known = pool.success >= 0
+  p = jnp.clip(pool.success, 0.0, 1.0)
+  weight = jnp.where(known, p * (1.0 - p), 0.0) + floor
+  return jnp.where(rows < pool.size, weight, 0.0)
+
+
+def draw_indices(pool: TaskPool, rng: jax.Array, n: int, selection: str,
+                 floor: float = 0.0, trim: float = 0.0) -> jax.Array:
+  """int32[n] rows of D_train drawn (with replacement) by `selection`:
+  "uniform" (`sample_indices`, with its `trim`) or "learnability" (∝
+  `learnability_weights` with `floor`)."""
+  if selection == "uniform":
+    return sample_indices(pool, rng, n, trim)
+  if selection == "learnability":
+    weight = learnability_weights(pool, floor)
+    return jax.random.categorical(
+        rng, jnp.where(weight > 0, jnp.log(jnp.maximum(weight, 1e-30)),
+                       -jnp.inf), shape=(n,)).astype(jnp.int32)
+  raise ValueError(f"selection {selection!r} is not one of {SELECTIONS}.")
+
+
 def sample_base_indices(pool: TaskPool, rng: jax.Array, n: int) -> jax.Array:
   """int32[n] indices of rows drawn uniformly from the base data."""
   return _uniform_rows(rng, pool.base_size, n)

@@ -102,13 +102,16 @@ WARMSTART_DIR = "_warmstart"
 
 
 def _make_run(sweep: ml_collections.ConfigDict, where: str, name_of, arm: str,
-              seed: int, fields: dict[str, Any], requires: str = "") -> Run:
-  """The Run of one config: sweep.base_config with variants base_arg + arm
-  and the dotted `fields` set; `name_of(config)` names it."""
+              seed: int, fields: dict[str, Any], requires: str = "",
+              base_config: str = "") -> Run:
+  """The Run of one config: base_config (default sweep.base_config) with
+  variants base_arg + arm and the dotted `fields` set; `name_of(config)`
+  names it."""
   arg = ",".join(a for a in (sweep.base_arg, arm) if a)
   overrides = tuple(f"--config.{name}={_flag_value(value)}"
                     for name, value in fields.items())
-  config_flag = f"{sweep.base_config}:{arg}" if arg else sweep.base_config
+  base_config = base_config or sweep.base_config
+  config_flag = f"{base_config}:{arg}" if arg else base_config
   try:
     config = parse_config(config_flag, overrides)
   except Exception as e:  # absl wraps a bad override in an IllegalFlagValue
@@ -121,13 +124,17 @@ def _make_run(sweep: ml_collections.ConfigDict, where: str, name_of, arm: str,
 START_FIELD = "warmstart.simulator_start"
 
 
-def run_name(arm: str, seed: int, config: ml_collections.ConfigDict) -> str:
+def run_name(arm: str, seed: int, config: ml_collections.ConfigDict,
+             base_config: str = "") -> str:
   """<arm>_a<alpha>_s<seed>, plus r<rl_seed> for a stage-2 seed other than 0
   (config.coevolve.rl_seed) and _<start> for a simulator start other than
-  "matched" (config.warmstart.simulator_start)."""
+  "matched" (config.warmstart.simulator_start); a run with its own config
+  file (base_config) is prefixed by that file's name: maze_<...>."""
   start = config.warmstart.simulator_start
   rl_seed = config.coevolve.get("rl_seed", 0)
-  return (f"{arm}_a{config.curriculum.alpha:g}_s{seed}"
+  prefix = (os.path.splitext(os.path.basename(base_config))[0] + "_"
+            if base_config else "")
+  return (f"{prefix}{arm}_a{config.curriculum.alpha:g}_s{seed}"
           + (f"r{rl_seed}" if rl_seed else "")
           + ("" if start == "matched" else f"_{start}"))
 
@@ -180,8 +187,10 @@ def expand(sweep: ml_collections.ConfigDict, sweep_dir: str = ""
                               os.path.join(sweep_dir, requires)}), requires)
         requires = moved
       fields["warmstart.init_from"] = os.path.join(sweep_dir, requires)
+    own_config = spec.get("base_config", "")
     run = _make_run(sweep, f"sweep.runs[{i}]", functools.partial(
-        run_name, spec.arm, spec.seed), spec.arm, spec.seed, fields, requires)
+        run_name, spec.arm, spec.seed, base_config=own_config), spec.arm,
+                    spec.seed, fields, requires, own_config)
     if run.name in names:
       raise ValueError(f"sweep.runs[{i}] and sweep.runs[{names[run.name]}] "
                        f"are both named {run.name!r}; runs need distinct "

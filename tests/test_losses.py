@@ -137,6 +137,30 @@ def test_grpo_loss_kl_and_entropy_terms():
     losses.grpo_loss(LOGP, OLD_LOGP, ref, MASK, ADV, cfg)
 
 
+def test_grpo_pg_term_normalised_over_informative_rows_only():
+  """pg_normalizer="informative": the policy-gradient term is averaged over
+  the tokens of rows with a nonzero advantage; the KL term keeps every
+  response token. Three rows: the two of PG above and one with A = 0."""
+  logp = jnp.concatenate([LOGP, jnp.full((1, 3), -1.0)])
+  old = jnp.concatenate([OLD_LOGP, jnp.full((1, 3), -1.5)])
+  ref = logp - 0.5
+  mask = jnp.concatenate([MASK, jnp.ones((1, 3), bool)])
+  adv = jnp.array([1.0, -1.0, 0.0])
+  k3 = np.exp(-0.5) + 0.5 - 1  # per token: r = ref - logp = -0.5
+  for normalizer, pg_tokens in (("all", 8), ("informative", 5)):
+    cfg = _cfg(clip_low=0.2, clip_high=0.3, kl_coef=0.1,
+               pg_normalizer=normalizer)
+    loss, metrics = jax.jit(lambda *a, c=cfg: losses.grpo_loss(*a, c))(
+        logp, old, ref, mask, adv)
+    assert float(metrics["pg_loss"]) == pytest.approx(-0.9 / pg_tokens,
+                                                      rel=1e-5)
+    assert float(metrics["kl"]) == pytest.approx(k3, rel=1e-5)
+    assert float(loss) == pytest.approx(-0.9 / pg_tokens + 0.1 * k3,
+                                        rel=1e-5)
+  with pytest.raises(ValueError, match="pg_normalizer"):
+    losses.grpo_loss(logp, old, ref, mask, adv, _cfg(pg_normalizer="rows"))
+
+
 # ------------------------------------------------------------ GRPO gradient
 
 VOCAB = 4

@@ -126,6 +126,34 @@ def test_trimmed_sampling_breaks_ties_and_keeps_small_pools_whole():
   assert _drawn(_scored_pool([0.1 * i for i in range(9)]), 0.1) == set(range(9))
 
 
+def test_learnability_weights_by_hand():
+  unknown = pool_lib.UNKNOWN_SUCCESS
+  pool = _scored_pool([0.5, 0.1, 1.0, 0.0, unknown])
+  weights = np.asarray(pool_lib.learnability_weights(pool, 0.01))
+  # p(1 - p) + floor on scored rows, the floor alone on the unscored one,
+  # 0 on the 4 empty rows.
+  np.testing.assert_allclose(weights, [0.26, 0.1, 0.01, 0.01, 0.01, 0, 0, 0, 0],
+                             rtol=1e-6)
+
+
+def test_learnability_draws_follow_the_weights():
+  pool = _scored_pool([0.5, 0.1, 1.0, pool_lib.UNKNOWN_SUCCESS])
+  n = 20000
+  idx = np.asarray(jax.jit(pool_lib.draw_indices, static_argnums=(2, 3, 4))(
+      pool, jax.random.PRNGKey(0), n, "learnability", 0.01))
+  counts = np.bincount(idx, minlength=pool.capacity)
+  expected = np.array([0.26, 0.1, 0.01, 0.01, 0, 0, 0, 0]) / 0.38
+  # Never an empty row; each share within 4 binomial standard errors.
+  assert counts[4:].sum() == 0
+  np.testing.assert_allclose(counts / n, expected,
+                             atol=4 * np.sqrt(0.25 / n))
+  uniform = np.asarray(pool_lib.draw_indices(pool, jax.random.PRNGKey(0), n,
+                                             "uniform"))
+  assert set(uniform.tolist()) == {0, 1, 2, 3}
+  with pytest.raises(ValueError, match="selection"):
+    pool_lib.draw_indices(pool, jax.random.PRNGKey(0), 4, "greedy")
+
+
 def test_base_sampling_and_drop_generated_keep_to_the_base_data():
   pool = pool_lib.create_task_pool(_rows([1, 2]), np.array([1, 1]), capacity=8)
   pool = pool_lib.add_tasks(pool, jnp.asarray(_rows([10, 11, 12])),

@@ -375,3 +375,62 @@ def test_contrasts_pair_replicates(replicated):
 def test_level_success_plot_is_written(replicated):
   assert os.path.exists(os.path.join(replicated[1], "level_success.png"))
   assert "![per-level success](level_success.png)" in replicated[2]
+
+
+def _write_demo_run(sweep_dir, domain, seed, fixed, broken, gain):
+  """A finished demo run with the frontier figures a run's evaluation logs
+  (train/heldout.py) and its wall time in report/summary.json."""
+  name = f"{domain}_s{seed}"
+  workdir = os.path.join(sweep_dir, name)
+  os.makedirs(os.path.join(workdir, "report"))
+  config = default.get_config("smoke")
+  config.seed = seed
+  config.task.name = domain
+  config.coevolve.num_steps = 4
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    f.write(config.to_json_best_effort(indent=2))
+  records = [{"step": 0, "eval/accuracy": 0.5, "eval/accuracy_d1": 1.0,
+              "eval/accuracy_d2": 0.3}]
+  for step in range(1, 5):  # windows 1-2: out of band; 3: in; 4: out
+    records.append({"step": step, "env/difficulty_mean": 1.5,
+                    "env/success_rate": (0.9, 0.9, 0.5, 0.6 + seed / 10)[step - 1]})
+  records.append({
+      "step": 4, "eval/accuracy": 0.5 + gain, "eval/accuracy_d1": 1.0,
+      "eval/accuracy_d2": 0.3 + gain, "eval/frontier_fixed": fixed,
+      "eval/frontier_broken": broken,
+      "eval/frontier_sign_test_p": heldout.sign_test_p(fixed, broken,
+                                                      "greater"),
+      "eval/frontier_sampled_gain": gain,
+      "eval/frontier_sampled_gain_low": gain - 0.01,
+      "eval/frontier_sampled_gain_high": gain + 0.01})
+  with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in records)
+  with open(os.path.join(workdir, "report", "summary.json"), "w") as f:
+    json.dump({"wall_time_s_this_process": 60.0 * (seed + 5)}, f)
+
+
+def test_seeds_table_gives_each_run_the_range_and_the_pooled_counts(
+    tmp_path):
+  for seed, (fixed, broken, gain) in enumerate(((10, 2, 0.05), (7, 5, 0.02),
+                                                (9, 1, 0.04))):
+    _write_demo_run(str(tmp_path), "arithmetic", seed, fixed, broken, gain)
+  _write_demo_run(str(tmp_path), "maze", 0, 4, 4, -0.01)
+  with open(report.write_report(str(tmp_path), str(tmp_path / "out"),
+                                "cmd")) as f:
+    text = f.read()
+  header = "| arm | α | seed | 2nd-half windows in band"
+  # Second half (steps 3, 4): step 3 in band; step 4 in band at seed 0 only.
+  assert _row(text, "default", 0.5, header)[2:] == [
+      "0", "100%", "d2", "10 / 2 (p=0.019)", "+0.050 [+0.040, +0.060]",
+      "0.500 → 0.550", "5.0"]
+  pooled = _row(text, "**default: range over 3 seeds**", 0.5, header)
+  p = heldout.sign_test_p(26, 8, "greater")
+  assert pooled[2:] == ["0, 1, 2", "50% – 100%", "",
+                        f"pooled 26 / 8 (p={p:.2g})", "+0.020 – +0.050",
+                        "+0.020 – +0.050 (change)", "5.0 – 7.0"]
+  # The maze runs form their own group, with their own range.
+  assert _row(text, "maze: default", 0.5, header)[5] == "4 / 4 (p=0.64)"
+  assert _row(text, "**maze: default: range over 1 seeds**", 0.5,
+              header)[6:8] == ["-0.010", "-0.010 (change)"]
+  assert report.reference_of("maze: frozen_env [hard]") == "maze: genenv [hard]"
+  assert report.reference_of("frozen_env") == "genenv"

@@ -33,6 +33,8 @@ _ARM_FIELDS = {
     "oracle_learnability": {"simulator_update.method": "none",
                             "coevolve.generation": "oracle_learnability"},
     "reference_code": {"simulator_update.method": "none", "coevolve.seed_trim": 0.1,
+                       "coevolve.seed_selection": "uniform",
+                       "pool.replay_selection": "uniform",
                        "pool.keep_generated": "latest"},
     "uncertainty": {"simulator_update.method": "rwr",
                     "curriculum.reward": "uncertainty"},
@@ -163,6 +165,20 @@ def test_run_overrides_win_over_sweep_overrides():
   first, second = sweep.expand(config)
   assert (first.config.coevolve.num_steps, second.config.coevolve.num_steps) == (
       7, 9)
+
+
+def test_runs_with_their_own_config_file_are_named_after_it():
+  config = make_sweep("", {}, [("genenv", 0, {}),
+                               ("genenv", 0, {}, "configs/maze.py")])
+  runs = sweep.expand(config)
+  assert [r.name for r in runs] == ["genenv_a0.5_s0",
+                                    "maze_genenv_a0.5_s0_hard"]
+  assert runs[1].config_flag == "configs/maze.py:genenv"
+  assert runs[1].config.task.name == "maze"
+  assert runs[0].config.task.name == "arithmetic"
+  with pytest.raises(ValueError, match="share"):
+    make_sweep("", {}, [("genenv", 0, {}, "configs/maze.py")],
+               share_warmstart=True)
 
 
 def test_duplicate_run_names_and_bad_overrides_are_errors():

@@ -31,11 +31,13 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
+from train import heldout
 from train import object_store
 
 CHECKSUM_FILE = "checksums.json"
 REJECTED_DIR = "checkpoints_rejected"
 STEP0_ANSWERS = "heldout_step0.npy"
+STEP0_SAMPLED = "heldout_step0_sampled.npy"
 _CHUNK = 1 << 22
 
 
@@ -239,18 +241,29 @@ class Checkpoints:
     self.manager.close()
 
 
-def save_step0_answers(workdir: str, correct: np.ndarray) -> None:
-  """bool[n] held-out tasks the step-0 agent answers right, written whole
+def save_step0_answers(workdir: str, answers) -> None:
+  """The step-0 agent's held-out `heldout.Answers`: which tasks it answers
+  right (bool[n], STEP0_ANSWERS) and, when the evaluation samples, its
+  sampled success per task (f32[n], STEP0_SAMPLED), each written whole
   (replacing what a killed earlier attempt left)."""
-  buffer = io.BytesIO()
-  np.save(buffer, correct)
-  write_atomic(workdir_path(workdir) / STEP0_ANSWERS, buffer.getvalue())
+  arrays = {STEP0_ANSWERS: answers.correct}
+  if answers.sampled is not None:
+    arrays[STEP0_SAMPLED] = answers.sampled
+  for name, array in arrays.items():
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    write_atomic(workdir_path(workdir) / name, buffer.getvalue())
 
 
-def load_step0_answers(workdir: str) -> np.ndarray | None:
+def load_step0_answers(workdir: str):
+  """The `heldout.Answers` save_step0_answers wrote (sampled None when the
+  run's evaluation samples none), or None when the workdir has none."""
   path = workdir_path(workdir) / STEP0_ANSWERS
   if not path.exists():
     logging.warning("%s is missing (a run from before it was kept): "
                     "evaluations will not compare with the step-0 agent.", path)
     return None
-  return np.load(io.BytesIO(path.read_bytes()))
+  sampled_path = workdir_path(workdir) / STEP0_SAMPLED
+  sampled = (np.load(io.BytesIO(sampled_path.read_bytes()))
+             if sampled_path.exists() else None)
+  return heldout.Answers(np.load(io.BytesIO(path.read_bytes())), sampled)

@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 from genenv_jax import (coevolve, curriculum, episodes, losses, scripted,
                         sharding)
+from genenv_jax import pool as pool_lib
 from genenv_jax.tasks import DOMAINS, arithmetic, bfcl_multi_turn, text_verifiers
 from train import bfcl_multi_turn_data
 from train import text_datasets
@@ -190,6 +191,11 @@ def _coevolve(config, dims) -> None:
           open_low=True)
   _choice(config, "coevolve.sampling_layout", coevolve.SAMPLING_LAYOUTS)
   _number(config, "coevolve.seed_trim", low=0.0, high=0.5, open_high=True)
+  _choice(config, "coevolve.seed_selection", pool_lib.SELECTIONS)
+  if cc.seed_trim and cc.seed_selection != "uniform":
+    _fail("coevolve.seed_trim", cc.seed_trim,
+          "0 with config.coevolve.seed_selection="
+          f"{cc.seed_selection!r} (the trim is a rule of uniform seeds)")
   written = cc.num_seeds * cc.variations
   _divides_batch_axes(config, "coevolve.num_seeds * coevolve.variations", written,
                       dims)
@@ -224,6 +230,7 @@ def _grpo(config) -> None:
   _number(config, "grpo.entropy_coef")
   _choice(config, "grpo.aggregation", losses.AGGREGATIONS)
   _boolean(config, "grpo.normalize_std")
+  _choice(config, "grpo.pg_normalizer", losses.PG_NORMALIZERS)
 
 
 def _simulator_update(config) -> None:
@@ -250,6 +257,8 @@ def _pool(config) -> None:
   _integer(config, "pool.num_base", low=1, high=pool.capacity)
   _integer(config, "pool.base_max_difficulty", low=1)
   _integer(config, "pool.replay_tasks", low=0)
+  _choice(config, "pool.replay_selection", pool_lib.SELECTIONS)
+  _number(config, "pool.learnability_floor", low=0.0, open_low=True)
   _integer(config, "pool.generation_capacity", low=1)
   _choice(config, "pool.keep_generated", coevolve.KEEP_GENERATED)
   _choice(config, "pool.admit", coevolve.ADMIT_GENERATED)

@@ -7,6 +7,7 @@ succeeds."""
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -20,14 +21,22 @@ from genenv_jax.tasks.base import TaskDomain
 from models.config import ModelConfig
 
 
-def sign_test_p(fixed: int, broken: int) -> float:
-  """Two-sided exact sign test (scipy.stats.binomtest at ½): the chance, were
-  two agents equally good, of a split of the fixed + broken tasks at least
-  this uneven. 1 when no task changed."""
+# A level is on the agent's frontier when the step-0 agent's greedy accuracy
+# there lies in this closed interval: it can still gain (and lose) there,
+# unlike a level it always or never solves.
+FRONTIER = (0.05, 0.8)
+
+
+def sign_test_p(fixed: int, broken: int, alternative: str = "two-sided"
+                ) -> float:
+  """Exact sign test (scipy.stats.binomtest at ½) of fixed vs broken tasks:
+  the chance, were two agents equally good, of a split at least this uneven
+  ("two-sided"), or with at least this many fixed ("greater"). 1 when no
+  task changed."""
   n = fixed + broken
   if not n:
     return 1.0
-  return float(stats.binomtest(fixed, n, 0.5).pvalue)
+  return float(stats.binomtest(fixed, n, 0.5, alternative=alternative).pvalue)
 
 
 def paired_counts(before: np.ndarray, now: np.ndarray) -> dict:
@@ -40,13 +49,50 @@ def paired_counts(before: np.ndarray, now: np.ndarray) -> dict:
           "sign_test_p": sign_test_p(fixed, broken)}
 
 
+def paired_gain(before: np.ndarray, now: np.ndarray) -> dict:
+  """The paired t-test of two agents' sampled success on the same t tasks
+  (f32[t] each: the share of K sampled answers per task that are right).
+
+  Returns gain (the mean of now - before over the tasks), gain_se (its
+  standard error), gain_t (gain / gain_se), gain_p (two-sided p-value of t
+  with t - 1 degrees of freedom) and gain_low / gain_high (the 95% interval
+  gain ± t_{0.975, t-1} gain_se). With under two tasks or no variation the
+  statistic is undefined: gain_t 0 and gain_p 1 (the interval collapses to
+  the gain).
+  """
+  diff = np.asarray(now, np.float64) - np.asarray(before, np.float64)
+  if diff.ndim != 1:
+    raise ValueError(f"paired_gain takes f32[t] per agent; got {diff.shape}.")
+  n = diff.size
+  gain = float(diff.mean()) if n else 0.0
+  se = float(diff.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0
+  if se > 0:
+    t = gain / se
+    p = float(2 * stats.t.sf(abs(t), n - 1))
+    half = float(stats.t.ppf(0.975, n - 1) * se)
+  else:
+    t, p, half = 0.0, 1.0, 0.0
+  return {"gain": gain, "gain_se": se, "gain_t": float(t), "gain_p": p,
+          "gain_low": gain - half, "gain_high": gain + half}
+
+
+def frontier_levels(difficulty: np.ndarray, correct: np.ndarray
+                    ) -> list[int]:
+  """The levels whose greedy accuracy (of bool[n] answers to tasks of levels
+  int[n]) lies in FRONTIER: the levels an agent can measurably move on."""
+  low, high = FRONTIER
+  return [int(level) for level in np.unique(difficulty)
+          if low <= np.mean(correct[difficulty == level]) <= high]
+
+
 def _solved(domain: TaskDomain, agent_model: ModelConfig, params, rows,
             sampling: SamplingConfig, num_samples: int,
-            success_threshold: float):
-  """G = num_samples attempts at each of the n task rows int32[n, task_len]:
-  (bool[n·G] solved, int32[n·G] response tokens, or turns for episodes)."""
+            success_threshold: float, seed: int = 0):
+  """G = num_samples attempts at each of the n task rows int32[n, task_len],
+  drawn from PRNGKey(seed): (bool[n·G] solved, int32[n·G] response tokens,
+  or turns for episodes)."""
   parsed = domain.parse(rows, rows != domain.pad_id)
-  key = jax.random.PRNGKey(0)
+  key = jax.random.PRNGKey(seed)
   valid = jnp.repeat(parsed.valid, num_samples)
   env = domain.environment
   if env is not None:
@@ -89,24 +135,34 @@ def answer_pass(domain: TaskDomain, agent_model: ModelConfig, mesh, rules,
 
 def sampled_success_pass(domain: TaskDomain, agent_model: ModelConfig, mesh,
                          rules, samples: int, temperature: float,
-                         success_threshold: float = 1.0):
+                         success_threshold: float = 1.0, seed: int = 0):
   """The jitted pass (params, rows int32[n, task_len]) -> f32[n]: the share
   of `samples` attempts (episodes) per task, sampled at `temperature`, that
-  succeed; replicated on `mesh`."""
+  succeed; replicated on `mesh`. Every call draws from PRNGKey(seed), so two
+  agents' passes pair their samples (common random numbers)."""
 
   @functools.partial(jax.jit, out_shardings=sharding.replicated(mesh))
   @sharding.in_mesh(mesh, rules)
   def sampled_success(params, rows):
     ok, _ = _solved(domain, agent_model, params, rows,
                     _sampling(domain, temperature), samples,
-                    success_threshold)
+                    success_threshold, seed)
     return ok.reshape(-1, samples).mean(axis=1)
 
   return sampled_success
 
 
+class Answers(NamedTuple):
+  """An agent's answers to the held-out tasks: correct bool[n] (greedy) and
+  sampled f32[n] (the share of its sampled answers per task that are right;
+  None when the evaluation samples none)."""
+  correct: np.ndarray
+  sampled: np.ndarray | None = None
+
+
 class HeldoutEval:
-  """Scores the agent on fixed held-out tasks: accuracy overall and per level.
+  """Scores the agent on fixed held-out tasks: accuracy overall and per level,
+  and task by task against a baseline agent (the step-0 agent in a run).
 
   Args:
     domain: the task domain.
@@ -116,13 +172,14 @@ class HeldoutEval:
     success_threshold: an answer counts as correct when its reward reaches it
       (partial-credit rewards do not count as accuracy).
     samples: > 0: also the success rate of this many answers (episodes) per
-      task sampled at `temperature` (eval/sampled_success*).
+      task sampled at `temperature` (eval/sampled_success*), drawn from
+      PRNGKey(seed) at every evaluation.
   """
 
   def __init__(self, domain: TaskDomain, agent_model: ModelConfig,
                rows: np.ndarray, difficulty: np.ndarray, mesh, rules,
                success_threshold: float = 1.0, samples: int = 0,
-               temperature: float = 1.0):
+               temperature: float = 1.0, seed: int = 0):
     self._levels = sorted(int(d) for d in np.unique(difficulty))
     self._difficulty = np.asarray(difficulty)
     # Every process holds the rows and gets every answer back (a replicated
@@ -135,26 +192,35 @@ class HeldoutEval:
     self._samples = samples
     self.sampled_success = (sampled_success_pass(
         domain, agent_model, mesh, rules, samples, temperature,
-        success_threshold) if samples else None)
+        success_threshold, seed) if samples else None)
 
   def correct(self, params) -> np.ndarray:
     """bool[n]: which held-out tasks the agent answers right."""
     return np.asarray(jax.device_get(self.answer(params, self._rows)[0]))
 
-  def __call__(self, params, baseline_correct: np.ndarray | None = None
+  def answers(self, params) -> Answers:
+    """The agent's `Answers` (greedy and, when sampling, sampled)."""
+    return self.metrics_and_answers(params)[1]
+
+  def __call__(self, params, baseline: Answers | None = None
                ) -> dict[str, float]:
     """The metrics of `metrics_and_answers`."""
-    return self.metrics_and_answers(params, baseline_correct)[0]
+    return self.metrics_and_answers(params, baseline)[0]
 
-  def metrics_and_answers(self, params,
-                          baseline_correct: np.ndarray | None = None
-                          ) -> tuple[dict[str, float], np.ndarray]:
-    """(metrics, `correct`) from one pass over the held-out tasks.
+  def metrics_and_answers(self, params, baseline: Answers | None = None
+                          ) -> tuple[dict[str, float], Answers]:
+    """(metrics, `Answers`) from one pass over the held-out tasks.
 
-    The metrics: eval/accuracy, eval/response_len and eval/accuracy_d<level>;
-    with baseline_correct (bool[n], another agent's `correct`) also, per
-    level, `paired_counts` against it as eval/fixed_d<level>,
-    eval/broken_d<level> and eval/sign_test_p_d<level>."""
+    The metrics: eval/accuracy, eval/response_len and eval/accuracy_d<level>
+    (with sampling, eval/sampled_success and eval/sampled_success_d<level>).
+    With a baseline (another agent's Answers on these tasks) also, per level,
+    `paired_counts` as eval/fixed_d<level>, eval/broken_d<level> and
+    eval/sign_test_p_d<level>, and with sampling `paired_gain` as
+    eval/sampled_gain{,_se,_t,_p}_d<level>; and pooled over the baseline's
+    frontier levels (`frontier_levels`): eval/frontier_tasks,
+    eval/frontier_fixed, eval/frontier_broken, eval/frontier_sign_test_p
+    (one-sided: more fixed than broken) and eval/frontier_sampled_gain
+    {,_se,_t,_p,_low,_high}."""
     correct, lengths = jax.device_get(self.answer(params, self._rows))
     correct = np.asarray(correct)
     metrics = {"eval/accuracy": float(np.mean(correct, dtype=np.float32)),
@@ -164,10 +230,12 @@ class HeldoutEval:
       sampled = np.asarray(jax.device_get(
           self.sampled_success(params, self._rows)))
       metrics["eval/sampled_success"] = float(np.mean(sampled))
-    if baseline_correct is not None and baseline_correct.shape != correct.shape:
+    if baseline is not None and baseline.correct.shape != correct.shape:
       raise ValueError(
-          f"baseline_correct has shape {baseline_correct.shape}; the held-out "
-          f"set has {correct.shape[0]} tasks.")
+          f"the baseline answers have shape {baseline.correct.shape}; the "
+          f"held-out set has {correct.shape[0]} tasks.")
+    paired_sampled = (baseline is not None and baseline.sampled is not None
+                      and sampled is not None)
     for level in self._levels:
       at_level = self._difficulty == level
       metrics[f"eval/accuracy_d{level}"] = float(
@@ -175,8 +243,33 @@ class HeldoutEval:
       if sampled is not None:
         metrics[f"eval/sampled_success_d{level}"] = float(
             np.mean(sampled[at_level]))
-      if baseline_correct is not None:
-        paired = paired_counts(baseline_correct[at_level], correct[at_level])
+      if baseline is not None:
+        paired = paired_counts(baseline.correct[at_level], correct[at_level])
         for name, value in paired.items():
           metrics[f"eval/{name}_d{level}"] = float(value)
-    return metrics, correct
+      if paired_sampled:
+        gain = paired_gain(baseline.sampled[at_level], sampled[at_level])
+        for name in ("gain", "gain_se", "gain_t", "gain_p"):
+          metrics[f"eval/sampled_{name}_d{level}"] = gain[name]
+    if baseline is not None:
+      metrics.update(self._frontier_metrics(baseline, correct, sampled))
+    return metrics, Answers(correct, sampled)
+
+  def _frontier_metrics(self, baseline: Answers, correct: np.ndarray,
+                        sampled: np.ndarray | None) -> dict[str, float]:
+    """The task-by-task comparison pooled over the baseline's frontier
+    levels (see metrics_and_answers)."""
+    on = np.isin(self._difficulty,
+                 frontier_levels(self._difficulty, baseline.correct))
+    counts = paired_counts(baseline.correct[on], correct[on])
+    metrics = {
+        "eval/frontier_tasks": float(on.sum()),
+        "eval/frontier_fixed": float(counts["fixed"]),
+        "eval/frontier_broken": float(counts["broken"]),
+        "eval/frontier_sign_test_p": sign_test_p(
+            counts["fixed"], counts["broken"], "greater")}
+    if baseline.sampled is not None and sampled is not None:
+      for name, value in paired_gain(baseline.sampled[on],
+                                     sampled[on]).items():
+        metrics[f"eval/frontier_sampled_{name}"] = value
+    return metrics

@@ -261,7 +261,7 @@ def _run(config, workdir: str, chief: bool) -> dict:
       domain, players.agent_model, test["task"], test["difficulty"], mesh,
       rules, config.curriculum.success_threshold,
       samples=config.eval.get("samples", 0),
-      temperature=config.coevolve.agent_temperature)
+      temperature=config.coevolve.agent_temperature, seed=config.seed)
   ckpt = checkpointing.Checkpoints(path / "checkpoints",
                                    config.max_checkpoints, (0,), chief)
   for step, why in ckpt.skipped:
@@ -304,12 +304,14 @@ def _run(config, workdir: str, chief: bool) -> dict:
             simulator=warmstart.started_simulator_state(
                 config, domain, players, state.simulator, train["task"],
                 train["difficulty"], mesh, rules)), shardings)
-      step0_answers = evaluate.correct(state.agent.params)
     else:
-      progress.say("Stage 1: held-out evaluation of the warm-started agent.")
-      eval_metrics, step0_answers = evaluate.metrics_and_answers(
-          state.agent.params)
-      step0_metrics = dict(ws_metrics, **eval_metrics)
+      step0_metrics = ws_metrics
+    # This run's held-out evaluation of the agent it starts from (a source
+    # run's may not have sampled).
+    progress.say("Stage 1: held-out evaluation of the warm-started agent.")
+    eval_metrics, step0_answers = evaluate.metrics_and_answers(
+        state.agent.params)
+    step0_metrics = dict(step0_metrics, **eval_metrics)
     if chief:  # what an attempt killed before checkpoint 0 committed left
       jsonl.truncate_after(-1)
     writer.write_scalars(0, step0_metrics)

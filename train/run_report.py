@@ -12,6 +12,7 @@ import re
 from etils import epath
 import numpy as np
 
+from train import heldout
 from train import metrics_log
 
 
@@ -83,19 +84,50 @@ def summarize(records, alpha: float, band: float) -> dict:
       summary[f"{name}_start"] = float(v[0])
       summary[f"{name}_end"] = float(v[-1])
       summary[f"{name}_last{EVAL_TAIL}_mean"] = float(v[-EVAL_TAIL:].mean())
-  # The last evaluation against the step-0 agent, task by task (train/loop.py).
-  paired = {k for r in records for k in r
-            if re.fullmatch(r"eval/(fixed|broken|sign_test_p)_d\d+", k)}
+  # The last evaluation against the step-0 agent, task by task
+  # (train/heldout.py): per level, and pooled over the frontier levels.
+  paired = {k for r in records for k in r if re.fullmatch(
+      r"eval/((fixed|broken|sign_test_p|sampled_gain(_se|_t|_p)?)_d\d+"
+      r"|frontier_\w+)", k)}
   for name in sorted(paired):
     summary[name] = float(_series(records, name)[1][-1])
+  summary["frontier_levels"] = frontier_levels(records)
   return summary
+
+
+def frontier_levels(records) -> list[int]:
+  """The levels whose step-0 held-out accuracy lies in heldout.FRONTIER
+  (those the frontier figures pool)."""
+  low, high = heldout.FRONTIER
+  step0 = [r for r in records if r.get("step") == 0]
+  return [int(name.rsplit("d", 1)[1]) for name in _eval_levels(step0)
+          if low <= _series(step0, name)[1][0] <= high]
+
+
+def frontier_line(summary: dict) -> str:
+  """One line of the frontier figures in `summary` ("" when it has none):
+  fixed / broken with the one-sided sign test's p, and the sampled-success
+  gain with its 95% interval and p."""
+  if "eval/frontier_fixed" not in summary:
+    return ""
+  line = (f"frontier (levels {summary['frontier_levels']}): "
+          f"{summary['eval/frontier_fixed']:.0f} fixed / "
+          f"{summary['eval/frontier_broken']:.0f} broken "
+          f"(p = {summary['eval/frontier_sign_test_p']:.2g})")
+  if "eval/frontier_sampled_gain" in summary:
+    line += (f"; sampled success {summary['eval/frontier_sampled_gain']:+.3f}"
+             f" [{summary['eval/frontier_sampled_gain_low']:+.3f}, "
+             f"{summary['eval/frontier_sampled_gain_high']:+.3f}] "
+             f"(p = {summary['eval/frontier_sampled_gain_p']:.2g})")
+  return line
 
 
 # Step metrics are logged as means over each log window (train/metrics_log.py).
 _STEP_AXIS = "co-evolution step (points: means over log windows)"
 
 
-def plot(records, out_dir: str, alpha: float, band: float) -> list[str]:
+def plot(records, out_dir: str, alpha: float, band: float,
+         summary: dict | None = None) -> list[str]:
   """Writes the dynamics plots as PNGs into out_dir; returns their paths."""
   import matplotlib
   matplotlib.use("Agg")
@@ -161,6 +193,10 @@ def plot(records, out_dir: str, alpha: float, band: float) -> list[str]:
   ax.set_ylim(-0.02, 1.02)
   ax.legend(fontsize=8)
   ax.set_title("Agent: held-out accuracy by difficulty")
+  against_step0 = frontier_line(summary or {})
+  if against_step0:  # under the axis label, so that tight_layout places it
+    ax.set_xlabel("co-evolution step (0 = warm-started agent)\nvs step 0, "
+                  + against_step0, fontsize=7)
   save(fig, "heldout_accuracy.png")
 
   fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
@@ -201,7 +237,7 @@ def write_report(workdir: str, config) -> dict:
   out_dir.mkdir(parents=True, exist_ok=True)
   alpha, band = config.curriculum.alpha, config.curriculum.band
   summary = summarize(records, alpha, band)
-  summary["plots"] = plot(records, out_dir, alpha, band)
+  summary["plots"] = plot(records, out_dir, alpha, band, summary)
   (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
   return summary
 

@@ -45,7 +45,11 @@ RESUMABLE_FIELDS = (
 )
 # Fields added to the config after runs were made, each with the value a run
 # whose config.json lacks it ran with.
-ADDED_FIELDS = {"task.pad_operands": False}
+ADDED_FIELDS = {"task.pad_operands": False,
+                "coevolve.seed_selection": "uniform",
+                "pool.replay_selection": "uniform",
+                "pool.learnability_floor": 0.01,
+                "grpo.pg_normalizer": "all"}
 
 
 def _resumable(field: str) -> bool:

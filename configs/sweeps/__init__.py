@@ -5,8 +5,10 @@ A sweep file's `get_config()` returns a ConfigDict (built with `make_sweep`):
   base_arg     variants given to it before each run's arm ("" or e.g. "smoke")
   overrides    nested ConfigDict of fields set in every run
   runs         list of ConfigDicts: arm (a name in configs.default.ARMS),
-               seed (config.seed) and overrides (fields set in this run only;
-               they win over the sweep's)
+               seed (config.seed), overrides (fields set in this run only;
+               they win over the sweep's) and base_config (this run's config
+               file when not the sweep's, "" otherwise: one sweep may run
+               several domains' demos)
   share_warmstart  whether runs of one seed start stage 2 from one shared
                warm-start (config.warmstart.init_from) instead of each
                warm-starting alone: identical players, a fraction of the time;
@@ -23,11 +25,12 @@ import ml_collections
 
 
 def make_sweep(base_arg: str, overrides: Mapping,
-               runs: Iterable[tuple[str, int, Mapping]],
+               runs: Iterable[tuple],
                base_config: str = "configs/default.py",
                share_warmstart: bool = False) -> ml_collections.ConfigDict:
   """A sweep config. overrides: nested {section: {field: value}} set in every
-  run; runs: (arm, seed, nested per-run overrides) triples."""
+  run; runs: (arm, seed, nested per-run overrides) triples, or quadruples
+  whose fourth entry is the run's own config file."""
   sweep = ml_collections.ConfigDict()
   sweep.base_config = base_config
   sweep.base_arg = base_arg
@@ -35,7 +38,11 @@ def make_sweep(base_arg: str, overrides: Mapping,
   sweep.overrides = ml_collections.ConfigDict(dict(overrides))
   sweep.runs = [
       ml_collections.ConfigDict(dict(
-          arm=arm, seed=seed,
-          overrides=ml_collections.ConfigDict(dict(run_overrides))))
-      for arm, seed, run_overrides in runs]
+          arm=run[0], seed=run[1],
+          overrides=ml_collections.ConfigDict(dict(run[2])),
+          base_config=run[3] if len(run) > 3 else ""))
+      for run in runs]
+  if share_warmstart and any(spec.base_config for spec in sweep.runs):
+    raise ValueError("make_sweep: runs with their own config file do not "
+                     "share a warm-start (share_warmstart=False).")
   return sweep

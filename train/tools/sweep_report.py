@@ -43,6 +43,9 @@ class RunResult:
   summary: dict
   start: str = "matched"  # config.warmstart.simulator_start
   rl_seed: int = 0  # config.coevolve.rl_seed
+  domain: str = "arithmetic"  # config.task.name
+  # The run's wall time (report/summary.json), None when not recorded.
+  wall_time_s: float | None = None
 
   @property
   def replicate(self) -> str:
@@ -52,9 +55,9 @@ class RunResult:
 
   @property
   def label(self) -> str:
-    """The arm, with its simulator start when not "matched":
-    "genenv [hard]"."""
-    return arm_label(self.arm, self.start)
+    """The arm, with its simulator start when not "matched" and its domain
+    when not arithmetic: "genenv [hard]", "maze: genenv"."""
+    return arm_label(self.arm, self.start, self.domain)
 
   @property
   def rollouts(self) -> int:
@@ -62,15 +65,20 @@ class RunResult:
     return self.num_steps * self.rollouts_per_step
 
 
-def arm_label(arm: str, start: str) -> str:
-  """An arm under one simulator start (a condition of the sweep)."""
-  return arm if start == "matched" else f"{arm} [{start}]"
+def arm_label(arm: str, start: str, domain: str = "arithmetic") -> str:
+  """An arm under one simulator start (a condition of the sweep), in one
+  domain."""
+  label = arm if start == "matched" else f"{arm} [{start}]"
+  return label if domain == "arithmetic" else f"{domain}: {label}"
 
 
 def reference_of(label: str) -> str:
-  """The reference arm's label under the same condition as `label`."""
-  _, bracket, start = label.partition(" [")
-  return REFERENCE_ARM + (f" [{start}" if bracket else "")
+  """The reference arm's label under the same condition (and domain) as
+  `label`."""
+  domain, colon, rest = label.rpartition(": ")
+  _, bracket, start = rest.partition(" [")
+  return (f"{domain}{colon}" + REFERENCE_ARM
+          + (f" [{start}" if bracket else ""))
 
 
 def paired_interval(differences, level: float = 0.95
@@ -127,13 +135,17 @@ def load_runs(sweep_dir: str) -> tuple[list[RunResult], list[str]]:
       unfinished.append(name)
       continue
     cur = config["curriculum"]
+    summary_path = workdir / "report" / "summary.json"
+    wall_time = (json.loads(summary_path.read_text()).get(
+        "wall_time_s_this_process") if summary_path.is_file() else None)
     finished.append(RunResult(
         name=name, arm=config.get("arm") or "default", alpha=cur["alpha"],
         band=cur["band"], seed=config["seed"], num_steps=num_steps,
         rollouts_per_step=rollouts_per_step(config), records=records,
         summary=run_report.summarize(records, cur["alpha"], cur["band"]),
         start=config.get("warmstart", {}).get("simulator_start", "matched"),
-        rl_seed=config["coevolve"].get("rl_seed", 0)))
+        rl_seed=config["coevolve"].get("rl_seed", 0),
+        domain=config["task"]["name"], wall_time_s=wall_time))
   return finished, unfinished
 
 
@@ -267,6 +279,67 @@ def fixed_broken_table(groups) -> list[str]:
     rows.append(row)
   return _table(["arm", "α", "n"] + [f"d{d} fixed / broken (sign test)"
                                      for d in levels], rows)
+
+
+def _span(values, spec: str) -> str:
+  """"low – high" of the values in `spec` format ("low" when they agree)."""
+  low, high = min(values), max(values)
+  if f"{low:{spec}}" == f"{high:{spec}}":
+    return f"{low:{spec}}"
+  return f"{low:{spec}} – {high:{spec}}"
+
+
+def seeds_table(groups) -> list[str]:
+  """The demo's figures run by run (one row per seed), then per (arm, α)
+  their range over the seeds and the frontier counts pooled over them: the
+  share of second-half log windows with success in the α band; the step-0
+  frontier levels (train/heldout.FRONTIER) and, pooled over them, the
+  held-out tasks fixed / broken against the step-0 agent with the one-sided
+  sign test's p; the paired change in sampled success there with its 95%
+  interval; overall held-out accuracy from step 0 to the end; the run's wall
+  time. Only runs whose evaluation compared the frontier (eval/frontier_*)."""
+  rows = []
+  for (arm, alpha), runs in groups.items():
+    runs = [r for r in runs if "eval/frontier_fixed" in r.summary]
+    if not runs:
+      continue
+    for r in runs:
+      s = r.summary
+      gain = ("–" if "eval/frontier_sampled_gain" not in s else
+              f"{s['eval/frontier_sampled_gain']:+.3f} "
+              f"[{s['eval/frontier_sampled_gain_low']:+.3f}, "
+              f"{s['eval/frontier_sampled_gain_high']:+.3f}]")
+      rows.append([
+          arm, f"{alpha:g}", r.replicate,
+          f"{s['second_half_in_band_frac']:.0%}",
+          ", ".join(f"d{d}" for d in s["frontier_levels"]) or "none",
+          f"{s['eval/frontier_fixed']:.0f} / {s['eval/frontier_broken']:.0f}"
+          f" (p={s['eval/frontier_sign_test_p']:.2g})", gain,
+          f"{s['eval/accuracy_start']:.3f} → {s['eval/accuracy_end']:.3f}",
+          "–" if r.wall_time_s is None else f"{r.wall_time_s / 60:.1f}"])
+    summaries = [r.summary for r in runs]
+    fixed = sum(int(s["eval/frontier_fixed"]) for s in summaries)
+    broken = sum(int(s["eval/frontier_broken"]) for s in summaries)
+    gains = [s["eval/frontier_sampled_gain"] for s in summaries
+             if "eval/frontier_sampled_gain" in s]
+    walls = [r.wall_time_s / 60 for r in runs if r.wall_time_s is not None]
+    rows.append([
+        f"**{arm}: range over {len(runs)} seeds**", f"{alpha:g}",
+        ", ".join(r.replicate for r in runs),
+        _span([s["second_half_in_band_frac"] for s in summaries], ".0%"), "",
+        f"pooled {fixed} / {broken} "
+        f"(p={heldout.sign_test_p(fixed, broken, 'greater'):.2g})",
+        _span(gains, "+.3f") if gains else "–",
+        _span([s["eval/accuracy_end"] - s["eval/accuracy_start"]
+               for s in summaries], "+.3f") + " (change)",
+        _span(walls, ".1f") if walls else "–"])
+  if not rows:
+    return []
+  return _table(["arm", "α", "seed", "2nd-half windows in band",
+                 "frontier levels", "frontier fixed / broken (one-sided p)",
+                 "frontier sampled success, change [95% CI]",
+                 "held-out accuracy (step 0 → end)", "wall time (min)"],
+                rows)
 
 
 def dynamics_table(groups) -> list[str]:
@@ -583,6 +656,18 @@ def write_report(sweep_dir: str, out_dir: str, command: str) -> str:
     lines += ["**The runs differ in agent rollouts**; compare rows with the "
               "same count only.", ""]
   lines += results_table(groups) + [""]
+  seeds = seeds_table(groups)
+  if seeds:
+    lines += ["## Seed by seed, and the range", "",
+              "What each run shows on its own, then per arm the range over "
+              "the seeds (what another seed or machine should fall within) "
+              "and the frontier counts pooled over the seeds, with the "
+              "one-sided sign test's p (more fixed than broken). Frontier: "
+              "the held-out levels whose step-0 greedy accuracy lies in "
+              f"[{heldout.FRONTIER[0]}, {heldout.FRONTIER[1]}]; sampled "
+              "success: the share of the evaluation's sampled answers per "
+              "task that are right, paired per task with the step-0 agent's "
+              "(train/heldout.py).", ""] + seeds + [""]
   frontier = frontier_levels(runs)
   if frontier:
     lines += ["## Primary statistic (pre-registered, docs/experiment.md)", "",
