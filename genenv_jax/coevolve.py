@@ -696,6 +696,28 @@ def sampling_configs(config, domain: TaskDomain
                                             domain.response_len), **stop))
 
 
+class StepKeys(NamedTuple):
+  """The random keys of one step, one per stage that draws: seeds, the
+  simulator's sampling, replayed tasks, the agent's attempts, the GRPO
+  minibatch order, and the D_env rows replayed into the simulator's batch."""
+  seed: jax.Array
+  simulator: jax.Array
+  replay: jax.Array
+  agent: jax.Array
+  update: jax.Array
+  generation: jax.Array
+
+
+def step_keys(config, state: CoevolveState) -> StepKeys:
+  """The keys of the step from `state`: its rng (folded with
+  config.coevolve.rl_seed when nonzero) folded with the step number, so a
+  stage rerun from the same state (a test, a probe) draws what the step
+  drew."""
+  rl_seed = config.coevolve.rl_seed
+  rng = jax.random.fold_in(state.rng, rl_seed) if rl_seed else state.rng
+  return StepKeys(*jax.random.split(jax.random.fold_in(rng, state.step), 6))
+
+
 def make_step(config, domain: TaskDomain, players: Players,
               level_bank: scripted.LevelBank | None = None
               ) -> Callable[[CoevolveState], tuple[CoevolveState, dict]]:
@@ -719,32 +741,28 @@ def make_step(config, domain: TaskDomain, players: Players,
   num_replayed = generation_replay.num_replayed_generations(config)
   attempts_of = attempt_stage(domain)
   frozen = config.simulator_update.method == "none"
-  rl_seed = config.coevolve.rl_seed
 
   def step(state: CoevolveState) -> tuple[CoevolveState, dict]:
-    rng = jax.random.fold_in(state.rng, rl_seed) if rl_seed else state.rng
-    keys = jax.random.split(jax.random.fold_in(rng, state.step), 6)
-    (seed_key, simulator_key, replay_key, agent_key, update_key,
-     generation_key) = keys
+    keys = step_keys(config, state)
 
     # 1-2. The simulator writes tasks; the domain parses them.
-    generation = write_tasks(config, domain, players, state, seed_key,
-                             simulator_key, level_bank)
+    generation = write_tasks(config, domain, players, state, keys.seed,
+                             keys.simulator, level_bank)
     fresh = generation.tasks
     # 3-4. The agent attempts fresh and replayed tasks; responses are scored.
     replay_idx, tasks = None, fresh
     if num_replay:
-      replay_idx, replay = replay_tasks(config, domain, state.pool, replay_key)
+      replay_idx, replay = replay_tasks(config, domain, state.pool, keys.replay)
       tasks = _concat_parsed(fresh, replay)
     attempts = attempts_of(config, domain, players, state.agent, tasks,
-                           agent_key)
+                           keys.agent)
     # 5. Curriculum signals on the fresh tasks.
     signals = curriculum_signals(config, fresh,
                                  attempts.success[:fresh.valid.shape[0]])
     # 6. Agent: GRPO on every valid task's attempts.
     agent, agent_metrics = agent_update(
         config, players, state.agent,
-        grpo_batch(config, players, state.agent, attempts), update_key)
+        grpo_batch(config, players, state.agent, attempts), keys.update)
     # 7. Simulator: RWR (optionally with D_env replayed) or PG, from its own
     # and its initial model's log-probs.
     if script:  # the simulator wrote nothing: it stays as it is, unscored
@@ -765,7 +783,7 @@ def make_step(config, domain: TaskDomain, players: Players,
         if num_replayed:  # D_env's kept generations join the RWR batch
           batch = generation_replay.with_replayed_generations(
               config, players.simulator_model, state.simulator.ref_params,
-              state.generation_pool, batch, signals.keep, generation_key,
+              state.generation_pool, batch, signals.keep, keys.generation,
               num_replayed)
         simulator, simulator_metrics = simulator_update(
             config, players, state.simulator, batch)

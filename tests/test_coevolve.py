@@ -11,6 +11,7 @@ import pytest
 from configs import default
 from genenv_jax import coevolve
 from genenv_jax import curriculum
+from genenv_jax import policy
 from genenv_jax import sharding
 from genenv_jax.sampling import SamplingConfig, sample
 from genenv_jax.tasks import get_domain
@@ -208,3 +209,85 @@ def test_rwr_moves_simulator_to_difficulty_where_success_is_near_alpha(
   i = target_level - 1
   assert after[i] > before[i] + 0.2, (before, after)
   assert after[i] == after.max(), (before, after)
+
+
+def _step_directions(config, domain, players, state, shardings, mesh):
+  """One jitted step from `state`, and what it did to each player on its own
+  batch: (the state after it, Σ over the agent's attempts of the group-relative advantage times
+  the change in the attempt's log-prob, Σ over the simulator's generations
+  of the RWR weight times the change in the generation's log-prob, the RWR
+  weights). The attempts and generations are rerun from the state with the
+  step's keys (coevolve.step_keys), the advantages taken from the verifier's
+  rewards, not from the step's batch."""
+  cc = config.coevolve
+
+  @jax.jit
+  @sharding.in_mesh(mesh, RULES)
+  def rerun(state):
+    keys = coevolve.step_keys(config, state)
+    generation = coevolve.write_tasks(config, domain, players, state,
+                                      keys.seed, keys.simulator)
+    _, replay = coevolve.replay_tasks(config, domain, state.pool, keys.replay)
+    attempts = coevolve.attempt_stage(domain)(
+        config, domain, players, state.agent,
+        coevolve._concat_parsed(generation.tasks, replay), keys.agent)  # pylint: disable=protected-access
+    signals = coevolve.curriculum_signals(
+        config, generation.tasks,
+        attempts.success[:generation.tasks.valid.shape[0]])
+    return generation, attempts, signals
+
+  def logp(model, params, prompt, prompt_mask, tokens, mask, temperature):
+    return jax.jit(sharding.in_mesh(mesh, RULES)(
+        lambda p: policy.response_logprobs(model, p, prompt, prompt_mask,
+                                           tokens, mask, temperature).logp.sum(
+                                               axis=1)))(params)
+
+  generation, attempts, signals = rerun(state)
+  tasks, out = attempts.tasks, attempts.out
+  repeat = lambda x: jnp.repeat(x, cc.attempts, axis=0)
+  agent_args = (repeat(tasks.prompt), repeat(tasks.prompt_mask), out.tokens,
+                out.mask, cc.agent_temperature)
+  sim_args = (generation.prompt, generation.prompt_mask,
+              generation.out.tokens, generation.out.mask,
+              cc.simulator_temperature)
+  agent_before = logp(players.agent_model, state.agent.params, *agent_args)
+  sim_before = logp(players.simulator_model, state.simulator.params,
+                    *sim_args)
+  state, _, _ = step_runs.run_steps(config, domain, players, state,
+                                    shardings, mesh, 1)
+  agent_change = logp(players.agent_model, state.agent.params,
+                      *agent_args) - agent_before
+  sim_change = logp(players.simulator_model, state.simulator.params,
+                    *sim_args) - sim_before
+  rewards = np.asarray(attempts.rewards)
+  advantages = (rewards - rewards.mean(axis=1, keepdims=True)) * np.asarray(
+      tasks.valid)[:, None]
+  weights = np.asarray(signals.weights)
+  return (state, float(np.sum(advantages.reshape(-1)
+                             * np.asarray(agent_change))),
+          float(np.sum(weights * np.asarray(sim_change))), weights,
+          advantages)
+
+
+def test_the_step_moves_the_agent_toward_rewarded_attempts_and_the_simulator_toward_kept_tasks(
+    live_run):
+  """The step itself, from the live run's warm-started players: its GRPO
+  update raises the log-prob of the attempts that scored above their group's
+  mean against those below (a sign error in the advantages reverses it), and
+  its RWR update raises the log-prob of the generations the curriculum kept
+  (a sign error in the weights or the loss reverses it)."""
+  config = live.live_config(live_run[0])
+  mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
+  domain, players, state, shardings = _warm_started(live_run, config, mesh)
+  agent_checked = simulator_checked = False
+  for _ in range(config.coevolve.num_steps):
+    state, agent_direction, simulator_direction, weights, advantages = (
+        _step_directions(config, domain, players, state, shardings, mesh))
+    if np.abs(advantages).sum() > 0:  # some attempts at a task disagreed
+      assert agent_direction > 0, agent_direction
+      agent_checked = True
+    if weights.sum() > 0:  # the curriculum kept some generations
+      assert simulator_direction > 0, simulator_direction
+      simulator_checked = True
+  assert agent_checked and simulator_checked, (
+      "no step had something to learn from: no check of its direction")
