@@ -85,11 +85,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.simulator = player(1e-4)
 
   c.warmstart = ml_collections.ConfigDict(dict(
-      # Addition is learned in a sudden transition; 1200 steps at lr 1e-3 let
-      # co-evolution start from an agent that knows the base data's levels and
-      # has a frontier above them, at least at seed 0 (docs/configuration.md,
+      # Addition is learned in a sudden transition; 2000 steps at lr 1e-3 let
+      # co-evolution start, at every seed tried, from an agent that knows the
+      # base data's levels and has a frontier above them (at 1200 seeds 1
+      # and 2 had not passed the transition: docs/configuration.md,
       # "Warm-start length").
-      agent_steps=1200,
+      agent_steps=2000,
       simulator_steps=200,
       batch_size=128,
       # A run directory whose step-0 checkpoint (warm-started players, pools)
@@ -152,11 +153,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # slots, so early tokens read less of the KV cache; each part is
       # compiled on its own. 1: one loop over every slot.
       decode_windows=1,
-      # How seeds are drawn from D_train: "uniform", or "learnability": ∝
+      # How seeds are drawn from D_train: "uniform"; "learnability": ∝
       # p(1 - p) of the agent's recorded success p on each row (+
       # pool.learnability_floor), so the simulator writes variations of the
       # tasks the agent is learning rather than of ones it always or never
-      # solves (the curate-then-edit of ACCEL; genenv_jax/pool.py).
+      # solves (the curate-then-edit of ACCEL; genenv_jax/pool.py); or
+      # "level_learnability": ∝ p_l(1 - p_l) of its recent success p_l at
+      # the row's level (agent/level_success_d<l>), which follows the agent
+      # where a row's success is measured once.
       seed_selection="learnability",
       seed_trim=0.0,         # > 0 (uniform seeds only): seeds skip this
                              # fraction of the lowest- and of the
@@ -239,9 +243,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       num_base=2048,         # base rows taken from the seed dataset ...
       base_max_difficulty=2,  # ... among its tasks up to this level (the agent's base data)
       replay_tasks=8,        # pool tasks the agent also attempts each step
-      # How they are drawn: "uniform" or "learnability" (as
-      # coevolve.seed_selection); either way each replayed row's recorded
-      # success is updated.
+      # How they are drawn: "uniform", "learnability" or
+      # "level_learnability" (as coevolve.seed_selection); either way each
+      # replayed row's recorded success is updated.
       replay_selection="learnability",
       # Under learnability selection every filled row weighs p(1 - p) + this
       # (> 0): rows never attempted (the base data at first) weigh it alone.

@@ -217,7 +217,7 @@ def write_tasks(config, domain: TaskDomain, players: Players,
     seed_idx = pool_lib.draw_indices(state.pool, seed_key, cc.num_seeds,
                                      cc.seed_selection,
                                      config.pool.learnability_floor,
-                                     cc.seed_trim)
+                                     cc.seed_trim, state.level_success)
     seed_success = state.pool.success[seed_idx]
   prompt, prompt_mask = domain.simulator_prompt(state.pool.tasks[seed_idx],
                                                 seed_success)
@@ -233,14 +233,17 @@ def write_tasks(config, domain: TaskDomain, players: Players,
                                  out.mask))
 
 
-def replay_tasks(config, domain: TaskDomain, pool: pool_lib.TaskPool, key
+def replay_tasks(config, domain: TaskDomain, pool: pool_lib.TaskPool, key,
+                 level_success: jax.Array | None = None
                  ) -> tuple[jax.Array, ParsedTasks]:
   """Stage 3's replay: Q = config.pool.replay_tasks tasks drawn from D_train
-  (uniformly, or by learnability: config.pool.replay_selection). Returns
+  (uniformly, or by learnability: config.pool.replay_selection; the level
+  estimate f32[D] `level_success` for "level_learnability"). Returns
   (int32[Q] their pool rows, their ParsedTasks)."""
   idx = pool_lib.draw_indices(pool, key, config.pool.replay_tasks,
                               config.pool.replay_selection,
-                              config.pool.learnability_floor)
+                              config.pool.learnability_floor,
+                              level_success=level_success)
   rows = pool.tasks[idx]
   return idx, domain.parse(rows, rows != domain.pad_id)
 
@@ -752,7 +755,8 @@ def make_step(config, domain: TaskDomain, players: Players,
     # 3-4. The agent attempts fresh and replayed tasks; responses are scored.
     replay_idx, tasks = None, fresh
     if num_replay:
-      replay_idx, replay = replay_tasks(config, domain, state.pool, keys.replay)
+      replay_idx, replay = replay_tasks(config, domain, state.pool,
+                                        keys.replay, state.level_success)
       tasks = _concat_parsed(fresh, replay)
     attempts = attempts_of(config, domain, players, state.agent, tasks,
                            keys.agent)

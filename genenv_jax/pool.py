@@ -135,7 +135,7 @@ def sample_indices(pool: TaskPool, rng: jax.Array, n: int,
   ).astype(jnp.int32)
 
 
-SELECTIONS = ("uniform", "learnability")
+SELECTIONS = ("uniform", "learnability", "level_learnability")
 
 
 def learnability_weights(pool: TaskPool, floor: float) -> jax.Array:
@@ -155,19 +155,46 @@ def learnability_weights(pool: TaskPool, floor: float) -> jax.Array:
   return jnp.where(rows < pool.size, weight, 0.0)
 
 
+def level_learnability_weights(pool: TaskPool, level_success: jax.Array,
+                               floor: float) -> jax.Array:
+  """f32[C] each row's draw weight under level learnability selection:
+  p_l(1 - p_l) of the agent's recent success p_l at the row's level l
+  (level_success f32[D] for levels 1..D, UNKNOWN_SUCCESS before any
+  attempt; genenv_jax/scripted.py keeps it), plus `floor`; empty rows 0.
+
+  Unlike a row's own recorded success, measured once when it was written,
+  the level estimate follows the agent as it learns (an average over the
+  last few steps), at the cost of treating a level's tasks alike.
+  """
+  rows = jnp.arange(pool.capacity)
+  levels = level_success.shape[0]
+  p = level_success[jnp.clip(pool.difficulty - 1, 0, levels - 1)]
+  known = (p >= 0) & (pool.difficulty >= 1) & (pool.difficulty <= levels)
+  p = jnp.clip(p, 0.0, 1.0)
+  weight = jnp.where(known, p * (1.0 - p), 0.0) + floor
+  return jnp.where(rows < pool.size, weight, 0.0)
+
+
 def draw_indices(pool: TaskPool, rng: jax.Array, n: int, selection: str,
-                 floor: float = 0.0, trim: float = 0.0) -> jax.Array:
+                 floor: float = 0.0, trim: float = 0.0,
+                 level_success: jax.Array | None = None) -> jax.Array:
   """int32[n] rows of D_train drawn (with replacement) by `selection`:
-  "uniform" (`sample_indices`, with its `trim`) or "learnability" (∝
-  `learnability_weights` with `floor`)."""
+  "uniform" (`sample_indices`, with its `trim`), "learnability" (∝
+  `learnability_weights` with `floor`) or "level_learnability" (∝
+  `level_learnability_weights` of level_success f32[D], with `floor`)."""
   if selection == "uniform":
     return sample_indices(pool, rng, n, trim)
   if selection == "learnability":
     weight = learnability_weights(pool, floor)
-    return jax.random.categorical(
-        rng, jnp.where(weight > 0, jnp.log(jnp.maximum(weight, 1e-30)),
-                       -jnp.inf), shape=(n,)).astype(jnp.int32)
-  raise ValueError(f"selection {selection!r} is not one of {SELECTIONS}.")
+  elif selection == "level_learnability":
+    if level_success is None:
+      raise ValueError("level_learnability selection needs level_success.")
+    weight = level_learnability_weights(pool, level_success, floor)
+  else:
+    raise ValueError(f"selection {selection!r} is not one of {SELECTIONS}.")
+  return jax.random.categorical(
+      rng, jnp.where(weight > 0, jnp.log(jnp.maximum(weight, 1e-30)),
+                     -jnp.inf), shape=(n,)).astype(jnp.int32)
 
 
 def sample_base_indices(pool: TaskPool, rng: jax.Array, n: int) -> jax.Array:

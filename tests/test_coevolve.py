@@ -227,7 +227,8 @@ def _step_directions(config, domain, players, state, shardings, mesh):
     keys = coevolve.step_keys(config, state)
     generation = coevolve.write_tasks(config, domain, players, state,
                                       keys.seed, keys.simulator)
-    _, replay = coevolve.replay_tasks(config, domain, state.pool, keys.replay)
+    _, replay = coevolve.replay_tasks(config, domain, state.pool, keys.replay,
+                                      state.level_success)
     attempts = coevolve.attempt_stage(domain)(
         config, domain, players, state.agent,
         coevolve._concat_parsed(generation.tasks, replay), keys.agent)  # pylint: disable=protected-access

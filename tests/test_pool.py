@@ -136,6 +136,24 @@ def test_learnability_weights_by_hand():
                              rtol=1e-6)
 
 
+def test_level_learnability_weights_follow_the_level_estimate():
+  unknown = pool_lib.UNKNOWN_SUCCESS
+  pool = pool_lib.create_task_pool(_rows(range(4)), np.array([1, 2, 3, 2]),
+                                   capacity=6)
+  # Levels 1..3 at recent success 0.9, 0.5 and not yet attempted.
+  level_success = jnp.array([0.9, 0.5, unknown])
+  weights = pool_lib.level_learnability_weights(pool, level_success, 0.01)
+  np.testing.assert_allclose(np.asarray(weights),
+                             [0.1, 0.26, 0.01, 0.26, 0, 0], rtol=1e-6)
+  idx = np.asarray(pool_lib.draw_indices(
+      pool, jax.random.PRNGKey(0), 2000, "level_learnability", 0.01,
+      level_success=level_success))
+  assert set(idx.tolist()) == {0, 1, 2, 3}
+  with pytest.raises(ValueError, match="level_success"):
+    pool_lib.draw_indices(pool, jax.random.PRNGKey(0), 4, "level_learnability",
+                          0.01)
+
+
 def test_learnability_draws_follow_the_weights():
   pool = _scored_pool([0.5, 0.1, 1.0, pool_lib.UNKNOWN_SUCCESS])
   n = 20000
