@@ -314,7 +314,7 @@ def _shrink_to_smoke(c: ml_collections.ConfigDict) -> None:
   c.coevolve.update(num_steps=4, num_seeds=4, variations=2, attempts=4,
                     agent_minibatches=2)
   c.pool.update(capacity=256, num_base=64, replay_tasks=4, generation_capacity=32)
-  c.eval.every_steps = 2
+  c.eval.update(every_steps=2, samples=0)
   c.log_every = 1
   c.checkpoint_every = 2
 
@@ -335,6 +335,7 @@ def _shrink_to_live(c: ml_collections.ConfigDict) -> None:
   c.curriculum.alpha = 0.1
   # Fast enough that a few steps change some held-out answers.
   c.agent.learning_rate = 1e-3
+  c.eval.samples = 4  # the paired sampled-success statistics, exercised
 
 
 _SIZES = {"smoke": _shrink_to_smoke, "live": _shrink_to_live}

@@ -190,10 +190,11 @@ def write_tasks(config, domain: TaskDomain, players: Players,
   the domain parses them.
 
   Online generation draws seeds from D_train (uniformly, or by learnability
-  p(1 - p) of the agent's recorded success: config.coevolve.seed_selection)
-  with the agent's success on each as the summary signal. Static generation draws them from the base data with
-  no signal, so with the simulator frozen, step t's tasks are a function of t
-  alone: batch t of one fixed dataset, whatever the agent does. Scripted
+  p(1 - p) of the agent's success: config.coevolve.seed_selection) with the
+  agent's success on each as the summary signal. Static generation draws them
+  from the base data with no signal, so with the simulator frozen, step t's
+  tasks are a function of t alone: batch t of one fixed dataset, whatever the
+  agent does. Scripted
   generation ("uniform", "oracle_learnability"; genenv_jax/scripted.py) has
   no simulator: it draws the M = num_seeds·variations tasks from
   `level_bank`, each of a level drawn by its rule.

@@ -222,8 +222,9 @@ def test_fields_listed_as_resumable_may_change():
   config.eval.every_steps = 10
   config.mesh.data = 4
   assert workdir_lib.config_conflicts(config, saved) == []
-  config.seed = 1
-  assert workdir_lib.config_conflicts(config, saved) == ["seed: 0 != 1"]
+  config.seed = 1  # the seed data follows the seed
+  assert workdir_lib.config_conflicts(config, saved) == ["data.seed: 0 != 1",
+                                                         "seed: 0 != 1"]
 
 
 def test_workdir_held_by_a_live_process_is_refused_naming_it(finished,

@@ -121,6 +121,28 @@ def test_evaluations_compare_with_the_step0_agent_task_by_task(uninterrupted):
     for name in ("fixed", "broken", "sign_test_p"):
       key = f"eval/{name}_d{level}"
       assert summary[key] == records[-1][key]
+  # Pooled over the frontier levels (step-0 accuracy in heldout.FRONTIER),
+  # with the step-0 agent's sampled success kept beside its answers.
+  step0_sampled = np.load(os.path.join(workdir, checkpointing.STEP0_SAMPLED))
+  assert step0_sampled.shape == step0.shape
+  np.testing.assert_allclose(
+      [np.mean(step0_sampled[test["difficulty"] == level]) for level in (1, 2)],
+      [first[f"eval/sampled_success_d{level}"] for level in (1, 2)], rtol=1e-5)
+  frontier = heldout.frontier_levels(test["difficulty"], step0)
+  assert summary["frontier_levels"] == frontier
+  for record in records[1:]:
+    for name in ("fixed", "broken"):
+      assert record[f"eval/frontier_{name}"] == sum(
+          record[f"eval/{name}_d{level}"] for level in frontier)
+    assert record["eval/frontier_tasks"] == np.isin(test["difficulty"],
+                                                    frontier).sum()
+    assert record["eval/frontier_sign_test_p"] == pytest.approx(
+        heldout.sign_test_p(int(record["eval/frontier_fixed"]),
+                            int(record["eval/frontier_broken"]), "greater"))
+    gain = record["eval/frontier_sampled_gain"]
+    assert (record["eval/frontier_sampled_gain_low"] <= gain
+            <= record["eval/frontier_sampled_gain_high"])
+    assert 0 <= record["eval/frontier_sampled_gain_p"] <= 1
 
 
 def test_stopped_and_resumed_run_gives_the_same_metrics(uninterrupted,
