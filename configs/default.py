@@ -231,6 +231,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # per_seed=False (R_env from each task's own p̂), and the pair
       # (seed, per_seed=True) is refused.
       pg_baseline="batch",
+      # PG's advantages divided by their group's std, and its
+      # policy-gradient term over "all" generated tokens or the
+      # "informative" rows' (as grpo.normalize_std, grpo.pg_normalizer).
+      pg_normalize_std=True,
+      pg_normalizer="all",
       # Share in [0, 1) of the RWR batch drawn from D_env (kept generations
       # of earlier steps, weighted by their stored R_env) beside the step's
       # own M generations: round(M·share / (1 - share)) rows. 0: the step's

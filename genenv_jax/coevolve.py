@@ -433,6 +433,20 @@ def simulator_batch(config, players: Players, simulator: PlayerState,
                         signals.weights)
 
 
+def simulator_pg_config(config) -> ml_collections.ConfigDict:
+  """The settings of the simulator's policy-gradient loss: the agent's GRPO
+  block (clipping, aggregation, entropy) with the simulator's own KL
+  coefficient and estimator, advantage normalisation and policy-gradient
+  normaliser (config.simulator_update)."""
+  update_cfg = config.simulator_update
+  pg_cfg = ml_collections.ConfigDict(config.grpo.to_dict())
+  pg_cfg.update(kl_coef=update_cfg.kl_coef,
+                kl_estimator=update_cfg.kl_estimator,
+                normalize_std=update_cfg.pg_normalize_std,
+                pg_normalizer=update_cfg.pg_normalizer)
+  return pg_cfg
+
+
 def simulator_update(config, players: Players, simulator: PlayerState,
                      batch: SimulatorBatch):
   """Stage 7: one simulator update on its M = num_seeds * variations
@@ -471,9 +485,7 @@ def simulator_update(config, players: Players, simulator: PlayerState,
           update_cfg.kl_coef, update_cfg.kl_estimator), logp)
     learn = jnp.any(batch.weights > 0)
   else:  # "pg"
-    pg_cfg = ml_collections.ConfigDict(config.grpo.to_dict())
-    pg_cfg.kl_coef = update_cfg.kl_coef
-    pg_cfg.kl_estimator = update_cfg.kl_estimator
+    pg_cfg = simulator_pg_config(config)
 
     def loss_fn(params):
       logp = scores(params).logp

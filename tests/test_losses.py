@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from configs import default
+from genenv_jax import coevolve
 from genenv_jax import losses
 
 EPS = 1e-6
@@ -19,6 +20,14 @@ def _cfg(**overrides):
   cfg = default.get_config().grpo
   cfg.update(overrides)
   return cfg
+
+
+def _simulator_pg_cfg(**simulator_update):
+  """The simulator's PG settings (coevolve.simulator_pg_config) of the
+  default config with these config.simulator_update fields."""
+  config = default.get_config()
+  config.simulator_update.update(simulator_update)
+  return coevolve.simulator_pg_config(config)
 
 
 # ---------------------------------------------------------------- advantages
@@ -337,7 +346,7 @@ def test_simulator_pg_loss_groups_by_seed_and_drops_invalid():
   mask = jnp.asarray(np.arange(2)[None, :] < lengths[:, None])
   logp = jnp.full((6, 2), -1.0)
   ref = logp.at[2].set(-9.0)      # large KL on the invalid generation only
-  cfg = _cfg(kl_coef=0.5)
+  cfg = _simulator_pg_cfg(kl_coef=0.5)
   loss, metrics = jax.jit(lambda lp, ref_lp, m, r, v: losses.simulator_pg_loss(
       lp, lp, ref_lp, m, r, 2, 3, cfg, valid=v))(logp, ref, mask, rewards,
                                                   valid)
@@ -360,7 +369,7 @@ def _pg_metrics(rewards, baseline):
 
   def loss(lp):
     return losses.simulator_pg_loss(lp, logp, logp, mask, rewards, 2, 2,
-                                    _cfg(), baseline=baseline)
+                                    _simulator_pg_cfg(), baseline=baseline)
   grads, metrics = jax.grad(loss, has_aux=True)(logp)
   return grads, metrics
 

@@ -239,6 +239,8 @@ def _simulator_update(config) -> None:
   _choice(config, "simulator_update.kl_estimator", losses.KL_ESTIMATORS)
   _number(config, "simulator_update.kl_cap")
   _choice(config, "simulator_update.pg_baseline", losses.PG_BASELINES)
+  _boolean(config, "simulator_update.pg_normalize_std")
+  _choice(config, "simulator_update.pg_normalizer", losses.PG_NORMALIZERS)
   _number(config, "simulator_update.replay_share", low=0.0, high=1.0,
           open_high=True)
   if config.simulator_update.method == "pg":

@@ -49,7 +49,9 @@ ADDED_FIELDS = {"task.pad_operands": False,
                 "coevolve.seed_selection": "uniform",
                 "pool.replay_selection": "uniform",
                 "pool.learnability_floor": 0.01,
-                "grpo.pg_normalizer": "all"}
+                "grpo.pg_normalizer": "all",
+                "simulator_update.pg_normalize_std": True,
+                "simulator_update.pg_normalizer": "all"}
 
 
 def _resumable(field: str) -> bool:
