@@ -266,8 +266,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       every_steps=40,     # held-out accuracy per difficulty (greedy)
       # > 0: also the sampled success rate of this many answers per held-out
       # task (eval/sampled_success_d<l>), which moves before greedy accuracy;
-      # paired per task with the step-0 agent's, it detects a gain of 0.05 on
-      # a level of 200 tasks (train/heldout.py: eval/sampled_gain_*).
+      # each evaluation pairs it per task with the step-0 agent's
+      # (train/heldout.py: eval/sampled_gain_*, eval/frontier_sampled_gain*).
       samples=8,
   ))
   c.log_every = 5           # each logged step metric is its mean over these steps

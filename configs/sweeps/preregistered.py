@@ -30,12 +30,19 @@ ARMS = ("genenv", "frozen_env", "static", "uniform", "oracle_learnability")
 WARMSTART_SEEDS = (0, 1, 2)
 RL_SEEDS = (0, 1)
 CONDITION = "hard"  # the simulator starts away from α (docs/experiment.md)
+# The registered protocol, pinned where the demo's defaults have moved on
+# since (docs/demo.md): one seed-data draw for every warm-start seed, the
+# 1,200-step agent warm-start, uniform seeds and replay, std-normalised
+# advantages over every response token.
 OVERRIDES = {
-    "coevolve": {"num_steps": 200},
+    "coevolve": {"num_steps": 200, "seed_selection": "uniform"},
     "agent": {"learning_rate": 1e-4},
-    "grpo": {"kl_coef": 0.05},
+    "grpo": {"kl_coef": 0.05, "normalize_std": True, "pg_normalizer": "all"},
     "eval": {"every_steps": 20, "samples": 4},
     "checkpoint_every": 40,
+    "data": {"seed": 0},
+    "warmstart": {"agent_steps": 1200},
+    "pool": {"replay_selection": "uniform"},
 }
 MAZE_OVERRIDES = {
     "eval": {"every_steps": 20, "samples": 4},
