@@ -194,7 +194,8 @@ def test_observation_tokens_get_exactly_zero_gradient():
   batch = _episode_batch(model, params)
   config = ml_collections.ConfigDict(dict(grpo=dict(
       clip_low=0.2, clip_high=0.2, kl_coef=0.1, kl_estimator="k3",
-      entropy_coef=0.01, aggregation="sequence", normalize_std=True)))
+      entropy_coef=0.01, aggregation="sequence", normalize_std=True,
+      pg_normalizer="all")))
   scores = policy.response_logprobs(model, params, batch.prompt,
                                     batch.prompt_mask, batch.response,
                                     batch.attend)
