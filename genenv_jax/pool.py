@@ -138,6 +138,15 @@ def sample_indices(pool: TaskPool, rng: jax.Array, n: int,
 SELECTIONS = ("uniform", "learnability", "level_learnability")
 
 
+def _learnability(pool: TaskPool, success: jax.Array, floor: float
+                  ) -> jax.Array:
+  """f32[C] p(1 - p) of each row's success estimate f32[C] (negative:
+  unknown, weighing 0) plus `floor`, on filled rows; 0 on empty ones."""
+  p = jnp.clip(success, 0.0, 1.0)
+  weight = jnp.where(success >= 0, p * (1.0 - p), 0.0) + floor
+  return jnp.where(jnp.arange(pool.capacity) < pool.size, weight, 0.0)
+
+
 def learnability_weights(pool: TaskPool, floor: float) -> jax.Array:
   """f32[C] each row's draw weight under learnability selection: p(1 - p)
   of its recorded success p, plus `floor`; rows never attempted weigh
@@ -148,11 +157,7 @@ def learnability_weights(pool: TaskPool, floor: float) -> jax.Array:
   favours the tasks GRPO learns most from: "No Regrets" / learnability
   sampling (Rutherford et al., 2024).
   """
-  rows = jnp.arange(pool.capacity)
-  known = pool.success >= 0
-  p = jnp.clip(pool.success, 0.0, 1.0)
-  weight = jnp.where(known, p * (1.0 - p), 0.0) + floor
-  return jnp.where(rows < pool.size, weight, 0.0)
+  return _learnability(pool, pool.success, floor)
 
 
 def level_learnability_weights(pool: TaskPool, level_success: jax.Array,
@@ -166,22 +171,22 @@ def level_learnability_weights(pool: TaskPool, level_success: jax.Array,
   the level estimate follows the agent as it learns (an average over the
   last few steps), at the cost of treating a level's tasks alike.
   """
-  rows = jnp.arange(pool.capacity)
   levels = level_success.shape[0]
-  p = level_success[jnp.clip(pool.difficulty - 1, 0, levels - 1)]
-  known = (p >= 0) & (pool.difficulty >= 1) & (pool.difficulty <= levels)
-  p = jnp.clip(p, 0.0, 1.0)
-  weight = jnp.where(known, p * (1.0 - p), 0.0) + floor
-  return jnp.where(rows < pool.size, weight, 0.0)
+  in_range = (pool.difficulty >= 1) & (pool.difficulty <= levels)
+  success = jnp.where(
+      in_range, level_success[jnp.clip(pool.difficulty - 1, 0, levels - 1)],
+      UNKNOWN_SUCCESS)
+  return _learnability(pool, success, floor)
 
 
 def draw_indices(pool: TaskPool, rng: jax.Array, n: int, selection: str,
-                 floor: float = 0.0, trim: float = 0.0,
+                 floor: float, trim: float = 0.0,
                  level_success: jax.Array | None = None) -> jax.Array:
   """int32[n] rows of D_train drawn (with replacement) by `selection`:
   "uniform" (`sample_indices`, with its `trim`), "learnability" (∝
-  `learnability_weights` with `floor`) or "level_learnability" (∝
-  `level_learnability_weights` of level_success f32[D], with `floor`)."""
+  `learnability_weights`) or "level_learnability" (∝
+  `level_learnability_weights` of level_success f32[D]); floor > 0 keeps
+  every filled row drawable."""
   if selection == "uniform":
     return sample_indices(pool, rng, n, trim)
   if selection == "learnability":

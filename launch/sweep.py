@@ -5,9 +5,10 @@
     --dry_run   # prints the command lines, runs nothing
 
 Each run is one `python -m train.main` process with the workdir
-SWEEP_DIR/[<config>_]<arm>_a<alpha>_s<seed>[r<rl_seed>][_<simulator start>] (<config>:
-the run's own config file's name, when it has one; SWEEP_DIR may be local or gs://...), its output appended to <workdir>/log.txt (for gs://, to the same
-path under runs/sweep_logs/gs/ on this machine);
+SWEEP_DIR/[<config>_]<arm>_a<alpha>_s<seed>[r<rl_seed>][_<simulator start>]
+(<config>: the run's own config file's name, when it has one; SWEEP_DIR may be
+local or gs://...), its output appended to <workdir>/log.txt (for gs://, to
+the same path under runs/sweep_logs/gs/ on this machine);
 `--parallel` of them run at a time. A run whose report/summary.json reaches its
 last step is finished and skipped; any other run is started with the same
 command, which resumes it from its latest checkpoint. So re-running the sweep

@@ -166,10 +166,10 @@ def test_learnability_draws_follow_the_weights():
   np.testing.assert_allclose(counts / n, expected,
                              atol=4 * np.sqrt(0.25 / n))
   uniform = np.asarray(pool_lib.draw_indices(pool, jax.random.PRNGKey(0), n,
-                                             "uniform"))
+                                             "uniform", 0.01))
   assert set(uniform.tolist()) == {0, 1, 2, 3}
   with pytest.raises(ValueError, match="selection"):
-    pool_lib.draw_indices(pool, jax.random.PRNGKey(0), 4, "greedy")
+    pool_lib.draw_indices(pool, jax.random.PRNGKey(0), 4, "greedy", 0.01)
 
 
 def test_base_sampling_and_drop_generated_keep_to_the_base_data():

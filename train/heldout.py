@@ -76,13 +76,19 @@ def paired_gain(before: np.ndarray, now: np.ndarray) -> dict:
           "gain_low": gain - half, "gain_high": gain + half}
 
 
+def on_frontier(accuracy: float) -> bool:
+  """Whether a level whose step-0 greedy accuracy is `accuracy` lies on the
+  frontier (FRONTIER, ends included)."""
+  low, high = FRONTIER
+  return low <= accuracy <= high
+
+
 def frontier_levels(difficulty: np.ndarray, correct: np.ndarray
                     ) -> list[int]:
   """The levels whose greedy accuracy (of bool[n] answers to tasks of levels
-  int[n]) lies in FRONTIER: the levels an agent can measurably move on."""
-  low, high = FRONTIER
+  int[n]) is `on_frontier`: the levels an agent can measurably move on."""
   return [int(level) for level in np.unique(difficulty)
-          if low <= np.mean(correct[difficulty == level]) <= high]
+          if on_frontier(float(np.mean(correct[difficulty == level])))]
 
 
 def _solved(domain: TaskDomain, agent_model: ModelConfig, params, rows,
@@ -197,10 +203,6 @@ class HeldoutEval:
   def correct(self, params) -> np.ndarray:
     """bool[n]: which held-out tasks the agent answers right."""
     return np.asarray(jax.device_get(self.answer(params, self._rows)[0]))
-
-  def answers(self, params) -> Answers:
-    """The agent's `Answers` (greedy and, when sampling, sampled)."""
-    return self.metrics_and_answers(params)[1]
 
   def __call__(self, params, baseline: Answers | None = None
                ) -> dict[str, float]:

@@ -96,12 +96,11 @@ def summarize(records, alpha: float, band: float) -> dict:
 
 
 def frontier_levels(records) -> list[int]:
-  """The levels whose step-0 held-out accuracy lies in heldout.FRONTIER
+  """The levels whose step-0 held-out accuracy is heldout.on_frontier
   (those the frontier figures pool)."""
-  low, high = heldout.FRONTIER
   step0 = [r for r in records if r.get("step") == 0]
   return [int(name.rsplit("d", 1)[1]) for name in _eval_levels(step0)
-          if low <= _series(step0, name)[1][0] <= high]
+          if heldout.on_frontier(_series(step0, name)[1][0])]
 
 
 def frontier_line(summary: dict) -> str:
