@@ -13,7 +13,7 @@ up to 12 turns (one move a turn, its outcome and new surroundings observed),
 reward 1 on reaching the goal. Stage 1 teaches the agent shortest paths through
 easy mazes and the simulator to draw mazes of every level; stage 2 is the
 co-evolution step of configs/default.py with `play_episodes` as its attempt
-stage (genenv_jax/episodes.py, genenv_jax/tasks/maze.py).
+stage (genenv_jax/episodes.py, genenv_jax/domains/maze/domain.py).
 """
 
 import ml_collections
@@ -38,7 +38,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       summary_signals=True,
   ))
   c.data = ml_collections.ConfigDict(dict(
-      tfds_dir="",     # unused: mazes are drawn by train/maze_data.py
+      tfds_dir="",     # unused: mazes are drawn by genenv_jax/domains/maze/data.py
       num_train=8000,  # seed mazes, equal shares per level
       num_test_per_level=50,
   ))

@@ -15,14 +15,14 @@ Variants:
           category with a Qwen tokenizer (`python -m train.tools.bfcl_widths`
           measures it; docs/text_tasks.md has the figures).
   bfcl_multi_turn  BFCL multi-turn tool use, an episodic domain
-          (genenv_jax/tasks/bfcl_multi_turn.py): the simulator writes a variation
+          (genenv_jax/domains/bfcl_multi_turn/domain.py): the simulator writes a variation
           of a BFCL entry (classes, initial state, user turns, ground-truth calls)
           that is kept only if its ground truth runs on the APIs without an error;
           the agent plays it against the APIs, rewarded by the official checker's
           verdict (episodes.reward="success") or the share of turns passed
           ("turn_sum"). Seeds are the bfcl_eval wheel's base and miss_param
           entries, a held-out share of entry numbers kept out (see
-          train/bfcl_multi_turn_data.py and docs/text_tasks.md).
+          genenv_jax/domains/bfcl_multi_turn/data.py and docs/text_tasks.md).
   bfcl_multi_turn_smoke  the same at sizes a CPU runs with tiny random players:
           first turns only, function names instead of their docs, short steps.
   smollm  GenEnv on a real chat model on a CPU: both players SmolLM2-135M-Instruct
@@ -35,7 +35,7 @@ Variants:
 Both players share one tokenizer (its ids are the task format). The seed
 directory holds JSONL / parquet files with a prompt and an answer per record
 (or BFCL question / function / ground-truth lines with data.format="bfcl");
-files named test* are the held-out set (see train/text_datasets.py). The
+files named test* are the held-out set (see genenv_jax/domains/text/data.py). The
 simulator writes `New Task: ...` / `New Answer: ...`; the agent is scored on
 its response by `task.verifier`.
 """

@@ -26,12 +26,10 @@ pool tasks, T = M + Q agent tasks, G attempts per task, N = T·G attempts.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 import flax.linen as nn
-import flax.struct
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -45,8 +43,13 @@ from genenv_jax import pool as pool_lib
 from genenv_jax import replay as generation_replay
 from genenv_jax import scripted
 from genenv_jax import sharding
+from genenv_jax.coevolve_state import (AgentBatch, Attempts, CoevolveState,
+                                       Generation, Players, PlayerState,
+                                       SimulatorBatch)
+from genenv_jax.domains.base import ParsedTasks, TaskDomain
 from genenv_jax.sampling import SampleOutput, SamplingConfig, sample
-from genenv_jax.tasks.base import ParsedTasks, TaskDomain
+from genenv_jax.step_metrics import (level_success_metrics, masked_ratio,
+                                     ratio, step_metrics)
 from models import decoder
 from models.config import ModelConfig
 
@@ -55,116 +58,6 @@ GENERATIONS = ("online", "static") + scripted.SCRIPTED_GENERATIONS
 KEEP_GENERATED = ("all", "latest")
 ADMIT_GENERATED = ("valid", "informative")
 SAMPLING_LAYOUTS = ("gathered", "training")
-
-
-@flax.struct.dataclass
-class PlayerState:
-  """params and opt_state are trained; ref_params stay fixed (the agent's GRPO
-  reference; the simulator's initial model for its KL penalty)."""
-  params: Any
-  opt_state: Any
-  ref_params: Any
-
-
-@flax.struct.dataclass
-class CoevolveState:
-  agent: PlayerState
-  simulator: PlayerState
-  pool: pool_lib.TaskPool
-  generation_pool: pool_lib.GenerationPool
-  rng: jax.Array
-  step: jax.Array
-  # f32[D] the agent's recent success per level 1..D, UNKNOWN_SUCCESS before
-  # any attempt (genenv_jax/scripted.py: the estimator; oracle_learnability
-  # draws its levels from it).
-  level_success: jax.Array
-
-
-@dataclasses.dataclass(frozen=True)
-class Players:
-  """What is static about the two players: architectures and optimisers."""
-  agent_model: ModelConfig
-  simulator_model: ModelConfig
-  agent_opt: optax.GradientTransformation
-  simulator_opt: optax.GradientTransformation
-
-
-class AgentBatch(NamedTuple):
-  """One GRPO batch of N attempts (responses, or episode bodies whose
-  observation tokens are attended to but carry no loss)."""
-  prompt: jax.Array       # int32[N, P]
-  prompt_mask: jax.Array  # bool[N, P]
-  response: jax.Array     # int32[N, R]
-  mask: jax.Array         # bool[N, R] the loss mask: the agent's tokens
-  old_logp: jax.Array     # f32[N, R]
-  ref_logp: jax.Array     # f32[N, R]
-  advantages: jax.Array   # f32[N]
-  # bool[N, R] the real tokens the passes attend to (episodes: the agent's
-  # and the observations'); None: the mask.
-  attend: jax.Array | None = None
-
-
-class SimulatorBatch(NamedTuple):
-  """The simulator's update batch: its M = S·m generations, seed-major, then
-  any generations replayed from D_env (`replay.with_replayed_generations`;
-  valid False, so they stay out of the KL-cap measurement)."""
-  prompt: jax.Array       # int32[M, Pe] the prompt each generation answered
-  prompt_mask: jax.Array  # bool[M, Pe]
-  task: jax.Array         # int32[M, L] what it wrote
-  task_mask: jax.Array    # bool[M, L]
-  old_logp: jax.Array     # f32[M, L] under the sampling simulator
-  ref_logp: jax.Array     # f32[M, L] under the initial simulator
-  valid: jax.Array        # bool[M] well-formed tasks
-  reward: jax.Array       # f32[M] R_env
-  weights: jax.Array      # f32[M] RWR weights (0 outside the band)
-
-
-class Generation(NamedTuple):
-  """Stages 1-2: what the simulator wrote this step.
-
-  Attributes:
-    seed_idx: int32[S] the D_train rows the seeds came from (scripted
-      generation: int32[M] the LevelBank rows drawn).
-    prompt: int32[M, Pe] the simulator's prompt of each generation (its seed's
-      prompt repeated for the m variations); prompt_mask bool[M, Pe]. None
-      for scripted generation.
-    out: the simulator's SampleOutput (tokens int32[M, L], logprobs, mask);
-      None for scripted generation (the simulator wrote nothing).
-    tasks: the M fresh ParsedTasks.
-  """
-  seed_idx: jax.Array
-  prompt: jax.Array | None
-  prompt_mask: jax.Array | None
-  out: SampleOutput | None
-  tasks: ParsedTasks
-
-
-class Attempts(NamedTuple):
-  """Stages 3-4: the agent's G attempts at each of T tasks, scored.
-
-  Attributes:
-    tasks: the T ParsedTasks attempted.
-    out: the agent's SampleOutput for the N = T·G attempts, grouped by task
-      (for episodes: the episode bodies, mask = the agent's tokens).
-    rewards: f32[T, G] the reward per attempt GRPO trains on (the verifier's,
-      response only; or the episode's).
-    success: f32[T, G] what p̂ and the pools count as success (with
-      curriculum.success_threshold): the rewards, or 1 for a successful
-      episode.
-    attend: bool[N, W] the episode bodies' real tokens; None for single
-      answers (their mask).
-    kept: bool[N] attempts GRPO trains on (episodes.truncated = "mask" drops
-      truncated episodes); None: all of them.
-    episodes: the rollout's Episodes (their statistics feed the metrics);
-      None for single answers.
-  """
-  tasks: ParsedTasks
-  out: SampleOutput
-  rewards: jax.Array
-  success: jax.Array
-  attend: jax.Array | None = None
-  kept: jax.Array | None = None
-  episodes: episodes_lib.Episodes | None = None
 
 
 def _concat_parsed(a: ParsedTasks, b: ParsedTasks) -> ParsedTasks:
@@ -559,116 +452,6 @@ def update_pools(config, state: CoevolveState, generation: Generation,
       state.level_success, attempts.tasks.difficulty, task_success,
       attempts.tasks.valid, config.coevolve.level_success_ema)
   return pool, generation_pool, level_success
-
-
-# ------------------------------------------------------------------ metrics
-
-
-def ratio(total, count) -> jax.Array:
-  """A metric as f32[2] (sum, count): windows add both and divide once."""
-  return jnp.stack([jnp.asarray(total, jnp.float32),
-                    jnp.asarray(count, jnp.float32)])
-
-
-def masked_ratio(x, mask) -> jax.Array:
-  """(sum of x where mask, number of such entries) as a `ratio`."""
-  mask = mask.astype(jnp.float32)
-  return ratio(jnp.sum(x * mask), mask.sum())
-
-
-def per_step(x) -> jax.Array:
-  """A per-step scalar as a `ratio` that averages over the window's steps."""
-  return ratio(x, 1.0)
-
-
-def metric_values(metrics: dict) -> dict:
-  """{name: sum / count} of one step's metrics (0 where count is 0)."""
-  return {name: value[0] / jnp.maximum(value[1], 1e-30) * (value[1] > 0)
-          for name, value in metrics.items()}
-
-
-def step_metrics(config, domain: TaskDomain, state: CoevolveState,
-                 generation: Generation, attempts: Attempts,
-                 signals: curriculum.CurriculumOutput, agent_metrics: dict,
-                 simulator_kl: jax.Array, simulator_metrics: dict) -> dict:
-  """Stage 8's metrics, each a `ratio` (sum, count) so that a log window's
-  mean is exact: sum of sums over sum of counts. Names are stable."""
-  fresh = generation.tasks
-  num_fresh = fresh.valid.shape[0]
-  rewards = attempts.rewards
-  group = rewards.shape[1]
-  fresh_rewards = rewards[:num_fresh]
-  attempt_valid = jnp.repeat(attempts.tasks.valid, group)
-  valid_f = fresh.valid.astype(jnp.float32)
-  metrics = {
-      "env/success_rate": masked_ratio(signals.p_hat, fresh.valid),
-      "env/in_band_frac": ratio(curriculum.in_band(
-          signals.p_hat, fresh.valid, config.curriculum.alpha,
-          config.curriculum.band).sum(), valid_f.sum()),
-      # Valid tasks that enter the simulator update (config.curriculum.keep).
-      "env/kept_frac": ratio(signals.keep.sum(), valid_f.sum()),
-      "env/valid_frac": ratio(valid_f.sum(), num_fresh),
-      "env/invalid_count": per_step(num_fresh - valid_f.sum()),
-      "env/difficulty_mean": masked_ratio(fresh.difficulty, fresh.valid),
-      "env/reward_mean": masked_ratio(signals.reward, fresh.valid),
-      "env/kl": simulator_kl,
-      "agent/reward_mean": masked_ratio(rewards.reshape(-1), attempt_valid),
-      "agent/fresh_reward_mean": masked_ratio(
-          fresh_rewards.reshape(-1), jnp.repeat(fresh.valid, group)),
-      # Generated tasks whose attempts disagree: the only ones whose
-      # group-relative advantages are nonzero, i.e. that teach the agent.
-      "env/informative_frac": masked_ratio(
-          fresh_rewards.max(axis=1) > fresh_rewards.min(axis=1), fresh.valid),
-      "agent/response_len": masked_ratio(attempts.out.lengths, attempt_valid),
-      "pool/size": per_step(state.pool.size),
-      "pool/env_size": per_step(state.generation_pool.size),
-  }
-  for name in ("kl", "loss", "clip_frac", "grad_norm", "skipped_updates"):
-    metrics[f"agent/{name}"] = per_step(agent_metrics[name])
-  # Mean |sampler - trainer| log-prob over the tokens measured (a ratio).
-  metrics["agent/logp_mismatch"] = agent_metrics["logp_mismatch"]
-  simulator_metrics = dict(simulator_metrics)
-  metrics["env/logp_mismatch"] = simulator_metrics.pop("logp_mismatch")
-  if fresh.delimiter is not None:  # tasks opened by another delimiter spelling
-    metrics["env/delimiter_variant_frac"] = masked_ratio(fresh.delimiter > 0,
-                                                         fresh.valid)
-  if attempts.episodes is not None:
-    metrics.update(episode_metrics(attempts.episodes, attempt_valid))
-  for level in range(1, domain.max_difficulty + 1):
-    metrics[f"env/difficulty_frac_d{level}"] = masked_ratio(
-        fresh.difficulty == level, fresh.valid)
-  for name, value in simulator_metrics.items():
-    metrics[f"env_update/{name}"] = per_step(value)
-  return metrics
-
-
-def level_success_metrics(level_success: jax.Array) -> dict:
-  """The per-level success estimate f32[D] after the step, as `ratio`s
-  "agent/level_success_d<l>" (count 0 while a level is unknown)."""
-  return {f"agent/level_success_d{level + 1}": ratio(
-              jnp.maximum(level_success[level], 0.0), level_success[level] >= 0)
-          for level in range(level_success.shape[0])}
-
-
-def episode_metrics(episodes: episodes_lib.Episodes, valid: jax.Array
-                    ) -> dict:
-  """The rollout's statistics over the valid tasks' episodes (bool[N]
-  valid), as `ratio`s: turns per episode, the share of actions the
-  environment could not read, of episodes truncated at the turn limit, of
-  observation tokens among the bodies' real tokens, and environment errors
-  per episode."""
-  return {
-      "episode/turns": masked_ratio(episodes.turns, valid),
-      "episode/invalid_action_frac": ratio(
-          jnp.sum(episodes.invalid_actions * valid),
-          jnp.sum(episodes.turns * valid)),
-      "episode/truncated_frac": masked_ratio(episodes.truncated, valid),
-      "episode/success_rate": masked_ratio(episodes.success, valid),
-      "episode/observation_token_frac": ratio(
-          jnp.sum(episodes.observation_tokens * valid),
-          jnp.sum((episodes.observation_tokens + episodes.lengths) * valid)),
-      "episode/errors": masked_ratio(episodes.errors, valid),
-  }
 
 
 # --------------------------------------------------------------------- step

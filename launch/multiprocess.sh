@@ -7,9 +7,9 @@
 # listens on a free local port as the coordinator. Waits for all processes; when one
 # fails, stops the others and exits with its status. SIGTERM or Ctrl-C here is passed
 # to every process as SIGTERM, a preemption notice: they save one step together and
-# each exits with status 75 (train.preemption), which this script waits for and
+# each exits with status 75 (train.runtime.preemption), which this script waits for and
 # returns; rerun the same command to resume. A process that ends on its own (killed,
-# an error) is noticed by the others at once (train/peer_watch.py): they stop, naming
+# an error) is noticed by the others at once (train/runtime/peer_watch.py): they stop, naming
 # it. The processes share this machine's cores, so each may go without a heartbeat
 # for long while they compile: they allow 900 s before calling a silent (hung)
 # process lost (--heartbeat_timeout_s; a later flag overrides it). Output: process 0 on this
@@ -27,7 +27,7 @@ python="${GENENV_PYTHON:-}"
 [[ -n $python ]] || { [[ -x $ROOT/.venv/bin/python ]] && python="$ROOT/.venv/bin/python"; } || python=python3
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}"
-XLA_FLAGS="$("$python" -m train.cpu_flags "$n")"
+XLA_FLAGS="$("$python" -m train.runtime.cpu_flags "$n")"
 export XLA_FLAGS
 port="$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 

@@ -47,6 +47,7 @@ if ROOT not in sys.path:  # sweep files import configs.*
   sys.path.insert(0, ROOT)
 
 from configs import flatten  # pylint: disable=g-import-not-at-top
+from train.checkpoints import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
 
 LOG_FILE = "log.txt"
 # Runs' output for a sweep directory on object storage: <this>/<scheme>/<path>.
@@ -213,10 +214,10 @@ def config_conflicts(workdir: str, config: ml_collections.ConfigDict
                      ) -> list[str]:
   """Fields whose value in workdir/config.json (written by the run) differs
   from `config`; empty when they agree or the run has not written it yet."""
-  path = epath.Path(workdir) / "config.json"
-  if not path.exists():
+  saved = workdir_lib.read_saved_config(workdir)
+  if saved is None:
     return []
-  saved = flatten(json.loads(path.read_text()))
+  saved = flatten(saved)
   expected = flatten(json.loads(config.to_json_best_effort()))
   return sorted(k for k in saved.keys() | expected.keys()
                 if saved.get(k) != expected.get(k))

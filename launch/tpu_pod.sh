@@ -214,7 +214,7 @@ fi
 
 # 2. Stop the job an earlier launch started (its pid file), before the code and
 #    the venv under it change. kill sends SIGTERM: a running job saves a step
-#    every worker agrees on before it exits (train/preemption.py).
+#    every worker agrees on before it exits (train/runtime/preemption.py).
 on_all_workers "[ ! -f $REMOTE_PID ] || { kill \$(cat $REMOTE_PID) 2>/dev/null && while kill -0 \$(cat $REMOTE_PID) 2>/dev/null; do sleep 1; done; } || true"
 
 # 3. The code on every worker.

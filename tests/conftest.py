@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # 8 CPU devices whatever the machine's cores, so that meshes of every test
 # shape fit (their collectives' deadlines lifted, as there: on a busy 2-core
 # machine one device's thread can wait long for another's).
-from train import cpu_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+from train.runtime import cpu_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 cpu_flags.use_one_device_per_core(cores=8)
 cpu_flags.use_library_fusions()

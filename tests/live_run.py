@@ -15,7 +15,7 @@ import filelock
 
 from configs import default
 from train import loop
-from train import metrics_log
+from train.outputs import metrics_log
 
 LIVE = "live"
 _DONE = "live_run.done"

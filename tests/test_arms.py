@@ -10,9 +10,9 @@ import pytest
 from configs import default
 from genenv_jax import pool as pool_lib
 from genenv_jax import sharding
-from genenv_jax.tasks import get_domain
+from genenv_jax.domains import get_domain
+from train import build
 from train import config_validation
-from train import loop
 from train import warmstart
 
 from tests import step_runs
@@ -26,11 +26,11 @@ def _warm_smoke_simulator():
   simulator warm-started to write well-formed tasks."""
   config = default.get_config("smoke")
   domain = get_domain(config.task)
-  model = loop.build_players(config, domain).simulator_model
+  model = build.build_players(config, domain).simulator_model
   mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
   rng = np.random.default_rng(0)
   rows, difficulty = domain.random_tasks(rng, 2048)
-  env = loop.init_player_params(model, jax.random.PRNGKey(1), mesh, RULES)
+  env = build.init_player_params(model, jax.random.PRNGKey(1), mesh, RULES)
   env, _ = warmstart.train_supervised(
       model, env, warmstart.simulator_data(domain, rows, difficulty, rng, 64 * 150, -1),
       steps=150, batch_size=64, learning_rate=3e-3, seed=0, mesh=mesh,
@@ -45,14 +45,14 @@ def _arm_run(arm, agent_key, num_steps=3, extra_rows=0):
   metrics, the number of pool rows before the first step)."""
   config = default.get_config(f"smoke,{arm}")
   domain = get_domain(config.task)
-  players = loop.build_players(config, domain)
+  players = build.build_players(config, domain)
   mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
   rows, difficulty, env = _warm_smoke_simulator()
-  agent = loop.init_player_params(players.agent_model,
+  agent = build.init_player_params(players.agent_model,
                                   jax.random.PRNGKey(agent_key), mesh, RULES)
-  layout = jax.tree.map(lambda x: x.sharding, loop.init_player_params(
+  layout = jax.tree.map(lambda x: x.sharding, build.init_player_params(
       players.simulator_model, jax.random.PRNGKey(1), mesh, RULES))
-  state, shardings = loop.create_state(config, domain, players, agent,
+  state, shardings = build.create_state(config, domain, players, agent,
                                        jax.device_put(env, layout), rows[:64],
                                        difficulty[:64], mesh)
   if extra_rows:

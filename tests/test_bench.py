@@ -12,12 +12,12 @@ import jax
 import numpy as np
 import pytest
 
-from train import cpu_flags
 from models.config import ModelConfig, get_preset
+from train import build
 from train.bench import common
 from train.bench import compare
 from train.bench import step as bench_step
-from train import loop
+from train.runtime import cpu_flags
 
 # L=2 blocks, E=4, F=6, H=2 query heads of D=2, K=1 kv head, V=10, untied.
 # Per block: q 4*2*2=16, k 4*1*2=8, v 8, o 2*2*4=16, MLP 3*4*6=72 -> 120
@@ -139,7 +139,7 @@ def test_step_benchmark_uses_the_peers_agent_batch():
 def test_tunix_grpo_setup_is_the_steps_agent_batch():
   config = bench_step.step_config("tiny")
   domain = bench_step.WideAnswerDomain(max_digits=config.task.max_digits)
-  players = loop.build_players(config, domain)
+  players = build.build_players(config, domain)
   setup = bench_step.tunix_grpo_setup(config, domain, players)
   assert setup["bench"] == "grpo"
   assert (setup["num_prompts"], setup["generations"], setup["new_tokens"]) == (

@@ -21,7 +21,7 @@ import random
 
 import pytest
 
-from genenv_jax.envs import bfcl_multi_turn as env
+from genenv_jax.domains.bfcl_multi_turn import env as env
 from genenv_jax.scoring import bfcl_apis
 from genenv_jax.scoring import bfcl_multi_turn as mt
 from tests.bfcl_multi_turn_oracle import official_verdict

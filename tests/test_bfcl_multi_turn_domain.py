@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from configs import text as text_config
-from genenv_jax.envs import bfcl_multi_turn as env_lib
+from genenv_jax.domains import get_domain
+from genenv_jax.domains.bfcl_multi_turn import data as data
+from genenv_jax.domains.bfcl_multi_turn import env as env_lib
+from genenv_jax.domains.bfcl_multi_turn.domain import BfclMultiTurnDomain
 from genenv_jax.scoring import bfcl_variations as bv
-from genenv_jax.tasks import get_domain
-from genenv_jax.tasks.bfcl_multi_turn import BfclMultiTurnDomain
 from models import hf
 from tests.bfcl_multi_turn_oracle import official_verdict
-from train import bfcl_multi_turn_data as data
 
 FOLDER = ("Classes: GorillaFileSystem\n"
           'State: {"GorillaFileSystem": {"root": {"home": {"type": "directory", '

@@ -9,7 +9,7 @@ import os
 import jax
 import pytest
 
-from genenv_jax.envs import bfcl_multi_turn as env
+from genenv_jax.domains.bfcl_multi_turn import env as env
 from genenv_jax.scoring import bfcl_multi_turn as mt
 from models import decoder, hf
 from models.config import get_preset

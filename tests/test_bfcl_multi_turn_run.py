@@ -22,10 +22,10 @@ import transformers
 
 from configs import text as text_config
 from genenv_jax import sharding
-from genenv_jax.tasks import get_domain
+from genenv_jax.domains import get_domain
+from genenv_jax.domains.bfcl_multi_turn import data as data
 from tests import step_runs
-from train import bfcl_multi_turn_data as data
-from train import loop
+from train import build
 
 RULES = sharding.DEFAULT_RULES
 
@@ -84,19 +84,19 @@ def run(tmp_path_factory, qwen_tokenizer_dir):
   entry = domain.environment.host.entry(rows[0])
   step = "[" + ", ".join(entry.ground_truth[0]) + "]"
   config.agent.hf_dir = _bigram_player(
-      root / "agent", domain.tokenizer, loop.build_players(config, domain).agent_model,
+      root / "agent", domain.tokenizer, build.build_players(config, domain).agent_model,
       [step, "Done."])
   # Its architecture now comes from its HF directory.
   config.agent.model_overrides = {"dtype": "float32"}
 
-  players = loop.build_players(config, domain)
+  players = build.build_players(config, domain)
   mesh = sharding.make_mesh({"data": -1, "fsdp": 1, "tensor": 1})
   agent_key, simulator_key = jax.random.split(jax.random.PRNGKey(config.seed))
-  agent = loop.init_player_params(players.agent_model, agent_key, mesh, RULES,
+  agent = build.init_player_params(players.agent_model, agent_key, mesh, RULES,
                                   config.agent.hf_dir)
-  simulator = loop.init_player_params(players.simulator_model, simulator_key, mesh,
+  simulator = build.init_player_params(players.simulator_model, simulator_key, mesh,
                                       RULES)
-  state, shardings = loop.create_state(config, domain, players, agent, simulator,
+  state, shardings = build.create_state(config, domain, players, agent, simulator,
                                        rows, difficulty, mesh)
   before = (_params(state.agent.params), _params(state.simulator.params))
   state, history, traces = step_runs.run_steps(config, domain, players, state,

@@ -13,13 +13,13 @@ from genenv_jax import coevolve
 from genenv_jax import curriculum
 from genenv_jax import policy
 from genenv_jax import sharding
+from genenv_jax.domains import get_domain
+from genenv_jax.domains.arithmetic import data as datasets
 from genenv_jax.sampling import SamplingConfig, sample
-from genenv_jax.tasks import get_domain
-from train import datasets
-from train import init_from
-from train import loop
-from train import state_layout
+from train import build
 from train import warmstart
+from train.checkpoints import init_from
+from train.checkpoints import state_layout
 
 from tests import live_run as live
 from tests import step_runs
@@ -39,10 +39,10 @@ def _warm_started(live_run, config, mesh):
   shardings): both players warm-started, the pool its base data."""
   tfds_dir, workdir = live_run
   domain = get_domain(config.task)
-  players = loop.build_players(config, domain)
+  players = build.build_players(config, domain)
   train = datasets.load_split(datasets.builder_config_from(config), "train",
                               tfds_dir)
-  base = loop.base_row_indices(config, train["difficulty"])
+  base = build.base_row_indices(config, train["difficulty"])
   target, shardings = state_layout.abstract_state(
       config, domain, players, train["task"][base], train["difficulty"][base],
       mesh, RULES)
@@ -152,11 +152,11 @@ def _scripted_simulator_training(alpha, steps):
   config.simulator.model_overrides.update(hidden_size=64, intermediate_size=128)
   config.simulator_update.update(kl_coef=0.0, kl_cap=0.0)
   domain = get_domain(config.task)
-  players = loop.build_players(config, domain)
+  players = build.build_players(config, domain)
   mesh = sharding.make_mesh({"data": -1})
   rng = np.random.default_rng(0)
   rows, difficulty = domain.random_tasks(rng, 4096)
-  params = loop.init_player_params(players.simulator_model,
+  params = build.init_player_params(players.simulator_model,
                                    jax.random.PRNGKey(1), mesh, RULES)
   params, _ = warmstart.train_supervised(
       players.simulator_model, params,

@@ -1,11 +1,11 @@
-"""train.cpu_flags: the XLA:CPU flags the entry points (and this suite,
+"""train.runtime.cpu_flags: the XLA:CPU flags the entry points (and this suite,
 through conftest) run with."""
 
 import os
 
 import pytest
 
-from train import cpu_flags
+from train.runtime import cpu_flags
 
 
 def test_adds_the_library_fusions_and_keeps_other_flags():

@@ -12,8 +12,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from genenv_jax.tasks.arithmetic import PAD, ArithmeticDomain
-from train import datasets
+from genenv_jax.domains.arithmetic import data as datasets
+from genenv_jax.domains.arithmetic.domain import PAD, ArithmeticDomain
 
 CONFIG = datasets.ArithmeticTasksConfig(max_digits=3, seed=7, train_size=300, test_per_level=60)
 # Level 1's test set is the whole 100-fact addition table.
@@ -88,7 +88,7 @@ def test_unknown_split_is_named(built):
 
 def test_import_does_not_load_tensorflow():
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  code = "import sys, train.datasets; print('tensorflow' in sys.modules)"
+  code = "import sys, genenv_jax.domains.arithmetic.data; print('tensorflow' in sys.modules)"
   result = subprocess.run(
       [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True,
       env={**os.environ, "PYTHONPATH": root},

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from train import dispatch
+from train.runtime import dispatch
 
 _LOOP = textwrap.dedent("""
     import os, sys
@@ -23,7 +23,7 @@ _LOOP = textwrap.dedent("""
     sys.path.insert(0, sys.argv[1])
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
-    from train import dispatch
+    from train.runtime import dispatch
     mesh = jax.make_mesh((8,), ("data",))
     rows, whole = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
     w = jax.device_put(jnp.ones((128, 128)), whole)

@@ -15,9 +15,9 @@ from genenv_jax import coevolve
 from genenv_jax import episodes
 from genenv_jax import policy
 from genenv_jax import sampling
+from genenv_jax.domains.maze import domain as maze
 from genenv_jax.envs.base import Environment, EnvStep
 from genenv_jax.envs.host import HostEnvironment, HostStep, HostTransition
-from genenv_jax.tasks import maze
 from models import decoder
 from models.config import get_preset
 

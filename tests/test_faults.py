@@ -20,13 +20,13 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import default
-from train import checkpointing
 from train import config_validation
 from train import loop
-from train import metrics_log
-from train import nonfinite
 from train import warmstart
-from train import workdir as workdir_lib
+from train.checkpoints import checkpointing
+from train.checkpoints import workdir as workdir_lib
+from train.outputs import metrics_log
+from train.runtime import nonfinite
 
 from tests import live_run as live
 

@@ -28,14 +28,14 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import default
-from train import checkpointing
-from train import export
-from train import loop
-from train import metrics_log
-from train import object_store
-from train import preemption
-from train import workdir as workdir_lib
 from tests import sweep_launcher
+from train import loop
+from train.checkpoints import checkpointing
+from train.checkpoints import export
+from train.checkpoints import object_store
+from train.checkpoints import workdir as workdir_lib
+from train.outputs import metrics_log
+from train.runtime import preemption
 from train.tools import sweep_report
 
 BUCKET = "genenv-test"

@@ -22,10 +22,10 @@ from configs import qwen_tpu
 from genenv_jax import coevolve
 from genenv_jax import policy
 from genenv_jax import sharding
-from genenv_jax.tasks import get_domain
+from genenv_jax.domains import get_domain
 from models.config import ModelConfig, get_preset
 from tests.test_text_domain import QA, make_tokenizer
-from train import loop
+from train import build
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "launch" / "tpu_pod.sh"
@@ -238,7 +238,7 @@ def _fields(config: ModelConfig) -> dict:
 @pytest.mark.parametrize("size", ["0.5b", "1.5b", "7b", "7b_bfcl_multi_turn"])
 def test_tpu_variants_have_the_preset_shapes_and_fitting_meshes(size):
   config = qwen_tpu.get_config(size)
-  players = loop.build_players(config, types.SimpleNamespace(vocab_size=1000))
+  players = build.build_players(config, types.SimpleNamespace(vocab_size=1000))
   preset = get_preset(f"qwen2.5-{size.removesuffix(qwen_tpu.EPISODIC)}")
   for model in (players.agent_model, players.simulator_model):
     assert _fields(model) == _fields(preset)
@@ -276,15 +276,15 @@ def test_the_cpu_variant_builds_its_step(tmp_path, monkeypatch):
   make_tokenizer(tmp_path / "tokenizer")
   config.task.tokenizer_dir = str(tmp_path / "tokenizer")
   domain = get_domain(config.task)
-  players = loop.build_players(config, domain)
+  players = build.build_players(config, domain)
   assert players.agent_model.vocab_size == domain.vocab_size
   remat = qwen_tpu.SIZES["7b"]["remat_policy"]
   assert players.agent_model.remat_policy == remat
   mesh = sharding.make_mesh(dict(config.mesh))
-  params = loop.init_player_params(players.agent_model, jax.random.PRNGKey(0),
+  params = build.init_player_params(players.agent_model, jax.random.PRNGKey(0),
                                    mesh, sharding.DEFAULT_RULES)
   rows = domain.encode_tasks([q for q, _ in QA][:8], [a for _, a in QA][:8])
-  state, _ = loop.create_state(config, domain, players, params, params, rows,
+  state, _ = build.create_state(config, domain, players, params, params, rows,
                                np.ones(len(rows), np.int32), mesh)
   chunk_sizes = []
   score = policy.response_logprobs

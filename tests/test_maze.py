@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from genenv_jax.tasks import maze
-from train import maze_data
+from genenv_jax.domains.maze import data as maze_data
+from genenv_jax.domains.maze import domain as maze
 from train.tools import maze_plans
 
 DOMAIN = maze.MazeDomain(size=4, max_turns=8, level_width=2, levels=4)

@@ -13,7 +13,7 @@ from configs import maze as maze_config
 from tests import live_run
 from tests.test_multiprocess import _computed, _largest_difference
 from train import loop
-from train import metrics_log
+from train.outputs import metrics_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,5 +1,5 @@
 """metrics.jsonl on a local disk is append-only, and a line torn by a kill
-mid-write is dropped on resume (train/metrics_log.py)."""
+mid-write is dropped on resume (train/outputs/metrics_log.py)."""
 
 import json
 import os
@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from train import checkpointing
-from train import metrics_log
+from train.checkpoints import checkpointing
+from train.outputs import metrics_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -72,7 +72,7 @@ def test_a_bad_line_before_the_last_is_an_error_naming_it(tmp_path):
 
 WRITER = """
 import sys
-from train import metrics_log
+from train.outputs import metrics_log
 writer = metrics_log.JsonlWriter(sys.argv[1])
 step = 0
 while True:

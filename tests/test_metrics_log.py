@@ -9,9 +9,9 @@ import pytest
 
 from configs import default
 
-from train import checkpointing
 from train import loop
-from train import metrics_log
+from train.checkpoints import checkpointing
+from train.outputs import metrics_log
 
 
 def test_writer_rewrites_whole_file_and_reopens(tmp_path):

@@ -1,11 +1,11 @@
-"""train/multihost.py's chief_first: process 0 does the work before the others
+"""train/runtime/multihost.py's chief_first: process 0 does the work before the others
 pass the barrier and read its result (the barrier itself is the coordination
 service's, tried by tests/test_multiprocess.py's two-process run)."""
 
 import jax
 import pytest
 
-from train import multihost
+from train.runtime import multihost
 
 
 def _order(monkeypatch, process_index: int, process_count: int):

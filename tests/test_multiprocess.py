@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from train import loop
-from train import metrics_log
+from train.outputs import metrics_log
 
 from tests import live_run as live
 

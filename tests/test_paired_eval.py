@@ -6,7 +6,7 @@ import pytest
 from scipy import stats
 
 from train import heldout
-from train import run_report
+from train.outputs import run_report
 
 
 def test_one_sided_sign_test_matches_the_binomial_tail_by_hand():

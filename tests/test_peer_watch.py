@@ -1,4 +1,4 @@
-"""train/peer_watch.py: in a two-process job started as a pod starts one
+"""train/runtime/peer_watch.py: in a two-process job started as a pod starts one
 (no launcher watching), with launch/multiprocess.sh's heartbeat timeout
 (900 s, which alone would let a lost process go unnoticed for 15 minutes):
 
@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from train import peer_watch
+from train.runtime import peer_watch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A process that ends closes its connection at once; the bound leaves room
@@ -33,7 +33,8 @@ JOB = """
 import sys, time
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from train import main, multihost, peer_watch
+from train import main
+from train.runtime import multihost, peer_watch
 index, port, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 main.maybe_initialize_distributed(
     "true", job=main.named_job(f"127.0.0.1:{port}", 2, index),

@@ -10,7 +10,7 @@ import pytest
 from configs import default
 from genenv_jax import coevolve
 from genenv_jax import pool as pool_lib
-from genenv_jax.tasks.base import ParsedTasks
+from genenv_jax.domains.base import ParsedTasks
 
 
 def _rows(values, width=3):

@@ -1,4 +1,4 @@
-"""Preemption in one process (train/preemption.py): SIGTERM in stage 1, mid
+"""Preemption in one process (train/runtime/preemption.py): SIGTERM in stage 1, mid
 stage 2 and during a checkpoint save each stop the run at a saved step with
 `Preempted` naming it; the reruns resume to the metrics and parameters of a
 run never interrupted. Ctrl-C is the same notice; a second one stops at once.
@@ -14,11 +14,11 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import default
-from train import checkpointing
 from train import loop
-from train import metrics_log
-from train import preemption
 from train import warmstart
+from train.checkpoints import checkpointing
+from train.outputs import metrics_log
+from train.runtime import preemption
 
 
 def _config(tfds_dir):

@@ -1,11 +1,11 @@
-"""train.quiet_start: a CPU run's console without libtpu's start-up errors
+"""train.runtime.quiet_start: a CPU run's console without libtpu's start-up errors
 and TensorFlow's start-up INFO lines."""
 
 import os
 import subprocess
 import sys
 
-from train import quiet_start
+from train.runtime import quiet_start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -57,7 +57,7 @@ def test_a_cpu_run_starts_quietly_with_libtpu_installed():
   host with libtpu installed (requirements-test.txt) and JAX_PLATFORMS
   unset: nothing on stderr from libtpu or TensorFlow's start-up."""
   environ = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
-  code = ("from train import quiet_start; quiet_start.quiet_start(); "
+  code = ("from train.runtime import quiet_start; quiet_start.quiet_start(); "
           "import jax; print(jax.devices()[0].platform)")
   result = subprocess.run([sys.executable, "-c", code], cwd=ROOT,
                           capture_output=True, text=True, timeout=600,

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from train import cpu_flags
-from train import metrics_log
+from train.outputs import metrics_log
+from train.runtime import cpu_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The run's peak resident memory on 2 CPU devices (two 135M-parameter f32

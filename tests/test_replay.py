@@ -12,8 +12,8 @@ from genenv_jax import losses
 from genenv_jax import pool as pool_lib
 from genenv_jax import replay
 from genenv_jax import sharding
-from genenv_jax.tasks import get_domain
-from train import loop
+from genenv_jax.domains import get_domain
+from train import build
 
 RULES = sharding.DEFAULT_RULES
 
@@ -40,9 +40,9 @@ def setup():
   config = default.get_config("smoke")
   config.simulator_update.update(replay_share=0.5, kl_cap=0.0)
   domain = get_domain(config.task)
-  players = loop.build_players(config, domain)
+  players = build.build_players(config, domain)
   mesh = sharding.make_mesh({"data": -1})
-  params = loop.init_player_params(players.simulator_model,
+  params = build.init_player_params(players.simulator_model,
                                    jax.random.PRNGKey(0), mesh, RULES)
   simulator = coevolve.PlayerState(
       params=params, opt_state=players.simulator_opt.init(params),

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from configs import default
-from train.tools import sweep_report as report
 from train import heldout
-from train import run_report
+from train.outputs import run_report
+from train.tools import sweep_report as report
 
 NUM_STEPS = 6
 EVAL_STEPS = (0, 3, 6)

@@ -9,9 +9,9 @@ import numpy as np
 from configs import default
 from genenv_jax import coevolve
 from genenv_jax import sharding
+from genenv_jax.domains import get_domain
 from genenv_jax.sampling import SamplingConfig, sample
-from genenv_jax.tasks import get_domain
-from train import loop
+from train import build
 
 RULES = sharding.DEFAULT_RULES
 
@@ -46,10 +46,10 @@ def _all_gathers_in_loops(hlo_text):
 def test_weights_gathered_for_sampling_leave_fewer_gathers_in_the_decode_loop():
   run_config = default.get_config("smoke")
   domain = get_domain(run_config.task)
-  model = loop.build_players(run_config, domain).agent_model.replace(
+  model = build.build_players(run_config, domain).agent_model.replace(
       num_kv_heads=2, num_layers=2)
   mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
-  params = loop.init_player_params(model, jax.random.PRNGKey(0), mesh, RULES)
+  params = build.init_player_params(model, jax.random.PRNGKey(0), mesh, RULES)
   prompt, prompt_mask = domain.simulator_prompt(
       domain.random_tasks(np.random.default_rng(0), 8)[0])
   config = SamplingConfig(max_new_tokens=5, eos_ids=(domain.eos_id,),

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
+from genenv_jax.domains.text import verifiers as text_verifiers
 from genenv_jax.scoring import apibank, bfcl, qa
-from genenv_jax.tasks import text_verifiers
 from train.tools import evaluate
 
 SIZE = 16_384  # characters of each adversarial and benign text

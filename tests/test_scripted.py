@@ -16,10 +16,10 @@ from genenv_jax import coevolve
 from genenv_jax import pool as pool_lib
 from genenv_jax import scripted
 from genenv_jax import sharding
-from genenv_jax.tasks import get_domain
+from genenv_jax.domains import get_domain
+from genenv_jax.domains.maze import data as maze_data
+from train import build
 from train import config_validation
-from train import loop
-from train import maze_data
 
 from tests import step_runs
 
@@ -138,16 +138,16 @@ def _smoke_start(arm, rl_seed=0):
   config = default.get_config(f"smoke,{arm}")
   config.coevolve.rl_seed = rl_seed
   domain = get_domain(config.task)
-  players = loop.build_players(config, domain)
+  players = build.build_players(config, domain)
   mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
   rows, difficulty = domain.random_tasks(np.random.default_rng(0), 256)
-  bank = loop.scripted_level_bank(config, domain,
+  bank = build.scripted_level_bank(config, domain,
                                   {"task": rows, "difficulty": difficulty})
   agent, simulator = (
-      loop.init_player_params(model, jax.random.PRNGKey(k), mesh, RULES)
+      build.init_player_params(model, jax.random.PRNGKey(k), mesh, RULES)
       for k, model in enumerate((players.agent_model,
                                  players.simulator_model)))
-  state, shardings = loop.create_state(config, domain, players, agent,
+  state, shardings = build.create_state(config, domain, players, agent,
                                        simulator, rows[:64], difficulty[:64],
                                        mesh)
   return config, domain, players, state, shardings, mesh, bank
@@ -193,7 +193,7 @@ def test_scripted_tasks_are_mazes_of_the_drawn_level():
   config = maze_config.get_config("smoke,uniform")
   domain = get_domain(config.task)
   train, _ = maze_data.maze_splits(domain, 0, 200, 1)
-  bank = loop.scripted_level_bank(config, domain, train)
+  bank = build.scripted_level_bank(config, domain, train)
   state = type("State", (), {"level_success": jnp.array(
       [1.0, 0.5, 0.0, pool_lib.UNKNOWN_SUCCESS])})
   for arm, expected in (("uniform", [.25, .25, .25, .25]),

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from configs import default
-from train import datasets
+from genenv_jax.domains.arithmetic import data as datasets
 from train import loop
-from train import metrics_log
-from train.tools import run_checkpoints
+from train.outputs import metrics_log
+from train.checkpoints import state_checkpoint
 
 
 def _run(root, seed: int, name: str):
@@ -29,11 +29,11 @@ def _run(root, seed: int, name: str):
                  os.path.join(workdir, metrics_log.METRICS_FILE))]
   test = datasets.load_split(datasets.builder_config_from(config), "test",
                              config.data.tfds_dir)
-  _, raw = run_checkpoints._restore(workdir, 2)  # pylint: disable=protected-access
-  params = {player: [np.asarray(x) for x in
-                     jax.tree.leaves(raw[player]["params"])]
+  _, parts = state_checkpoint.read_parts(
+      workdir, 2, ["agent.params", "simulator.params", "pool", "rng"])
+  params = {player: jax.tree.leaves(parts[f"{player}.params"])
             for player in ("agent", "simulator")}
-  return config, [r for r in records if len(r) > 1], test, params, raw
+  return config, [r for r in records if len(r) > 1], test, params, parts
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +61,7 @@ def test_one_seed_twice_is_the_same_run(runs):
       np.testing.assert_array_equal(x, y)
   np.testing.assert_array_equal(np.asarray(raw_a["pool"]["tasks"]),
                                 np.asarray(raw_b["pool"]["tasks"]))
+  np.testing.assert_array_equal(raw_a["rng"], raw_b["rng"])
 
 
 def test_another_seed_changes_every_draw(runs):

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from configs import default
-from genenv_jax.tasks import get_domain
-from genenv_jax.tasks.arithmetic import DIGIT0, EQUALS, PLUS
-from train import init_from
+from genenv_jax.domains import get_domain
+from genenv_jax.domains.arithmetic.domain import DIGIT0, EQUALS, PLUS
 from train import warmstart
+from train.checkpoints import init_from
 
 
 def _level(tokens) -> int:

@@ -9,10 +9,10 @@ from jax.sharding import PartitionSpec
 
 from configs import default
 from genenv_jax import sharding
-from genenv_jax.tasks import get_domain
-from train import loop
+from genenv_jax.domains import get_domain
+from train import build
 from train import main
-from train import state_layout
+from train.checkpoints import state_layout
 
 RULES = sharding.DEFAULT_RULES
 
@@ -24,10 +24,10 @@ def setup():
     player.model_overrides.num_kv_heads = 2  # divisible by tensor=2
   mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
   domain = get_domain(config.task)
-  players = loop.build_players(config, domain)
-  agent = loop.init_player_params(players.agent_model, jax.random.PRNGKey(0),
+  players = build.build_players(config, domain)
+  agent = build.init_player_params(players.agent_model, jax.random.PRNGKey(0),
                                   mesh, RULES)
-  simulator = loop.init_player_params(players.simulator_model,
+  simulator = build.init_player_params(players.simulator_model,
                                       jax.random.PRNGKey(1), mesh, RULES)
   rows, difficulty = domain.random_tasks(np.random.default_rng(0), 64)
   return config, mesh, domain, players, agent, simulator, rows, difficulty
@@ -35,7 +35,7 @@ def setup():
 
 def test_abstract_state_has_the_real_states_shapes_and_shardings(setup):
   config, mesh, domain, players, agent, simulator, rows, difficulty = setup
-  state, shardings = loop.create_state(config, domain, players, agent,
+  state, shardings = build.create_state(config, domain, players, agent,
                                        simulator, rows, difficulty, mesh)
   target, target_shardings = state_layout.abstract_state(
       config, domain, players, rows, difficulty, mesh, RULES)
@@ -57,7 +57,7 @@ def test_a_parameter_without_a_named_sharding_is_named(setup):
   config, mesh, domain, players, agent, simulator, rows, difficulty = setup
   unplaced = jax.tree.map(np.asarray, agent)
   with pytest.raises(ValueError, match=r"agent/params/.*not a NamedSharding"):
-    loop.create_state(config, domain, players, unplaced, simulator, rows,
+    build.create_state(config, domain, players, unplaced, simulator, rows,
                       difficulty, mesh)
 
 

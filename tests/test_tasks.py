@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from configs import default as default_config
-from genenv_jax.tasks import TaskDomain, get_domain
-from genenv_jax.tasks.arithmetic import BOS, DIGIT0, EOS, EQUALS, PAD, PLUS, SEP, ArithmeticDomain
+from genenv_jax.domains import TaskDomain, get_domain
+from genenv_jax.domains.arithmetic.domain import BOS, DIGIT0, EOS, EQUALS, PAD, PLUS, SEP, ArithmeticDomain
 
 MAX_DIGITS = 3
 ROW_BUCKET = 64  # row counts are padded to a multiple of this so each function compiles once

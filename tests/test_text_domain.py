@@ -14,8 +14,8 @@ import pytest
 import tokenizers
 import transformers
 
-from genenv_jax.tasks import get_domain
-from genenv_jax.tasks.text import TextDomain
+from genenv_jax.domains import get_domain
+from genenv_jax.domains.text.domain import TextDomain
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"

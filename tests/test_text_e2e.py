@@ -16,14 +16,16 @@ import transformers
 
 from configs import text as text_config
 from genenv_jax import coevolve
+from genenv_jax import step_metrics
 from genenv_jax import sharding
-from genenv_jax.tasks import get_domain
-from genenv_jax.tasks.text import TextDomain
-from genenv_jax.tasks import text_verifiers
+from genenv_jax.domains import get_domain
+from genenv_jax.domains.text import data as text_datasets
+from genenv_jax.domains.text import verifiers as text_verifiers
+from genenv_jax.domains.text.domain import TextDomain
 from models import hf
 from tests.test_text_domain import QA, make_tokenizer
+from train import build
 from train import loop
-from train import text_datasets
 
 RULES = sharding.DEFAULT_RULES
 MODEL_VOCAB = 512  # above the tokenizer's size, as real checkpoints pad theirs
@@ -94,24 +96,24 @@ def run(tmp_path_factory):
 
   domain = get_domain(config.task)
   seeds = text_datasets.load_seed_rows(config, domain, str(root / "tfds"))
-  players = loop.build_players(config, domain)
+  players = build.build_players(config, domain)
   mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
   agent_key, simulator_key = jax.random.split(jax.random.PRNGKey(config.seed))
-  agent = loop.init_player_params(players.agent_model, agent_key, mesh, RULES,
+  agent = build.init_player_params(players.agent_model, agent_key, mesh, RULES,
                                   config.agent.hf_dir)
-  env = loop.init_player_params(players.simulator_model, simulator_key, mesh, RULES,
+  env = build.init_player_params(players.simulator_model, simulator_key, mesh, RULES,
                                 config.simulator.hf_dir)
   loaded_q = agent["layers_0"]["attn"]["q_proj"]["kernel"]
   loaded_q = (np.asarray(loaded_q), loaded_q.sharding.spec)  # the step donates it
   train = seeds["train"]
-  state, shardings = loop.create_state(config, domain, players, agent, env,
+  state, shardings = build.create_state(config, domain, players, agent, env,
                                        train.rows, train.difficulty, mesh)
   step = coevolve.jit_step(coevolve.make_step(config, domain, players), shardings,
                            mesh, RULES)
   history = []
   for _ in range(3):
     state, metrics = step.fn(state)
-    history.append(jax.device_get(coevolve.metric_values(metrics)))
+    history.append(jax.device_get(step_metrics.metric_values(metrics)))
   return dict(config=config, domain=domain, seeds=seeds, players=players,
               loaded_q=loaded_q, state=state, history=history, traces=step.trace_count(),
               sizes=(num_train, num_test))

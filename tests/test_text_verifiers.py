@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from genenv_jax import sharding
-from genenv_jax.tasks import text_verifiers as tv
-from genenv_jax.tasks.text import TextDomain
+from genenv_jax.domains.text import verifiers as tv
+from genenv_jax.domains.text.domain import TextDomain
 from tests.test_text_domain import make_tokenizer
 
 WIDTH = 12

@@ -14,16 +14,18 @@ import pytest
 
 from configs import default
 from genenv_jax import pool as pool_lib
-from genenv_jax.tasks import ArithmeticDomain
+from genenv_jax.domains import ArithmeticDomain, get_domain
+from genenv_jax.domains.arithmetic import data as datasets
+from train import build
+from train import heldout
+from train import loop
+from train.checkpoints import checkpointing
+from train.checkpoints import init_from
+from train.checkpoints import state_checkpoint
+from train.outputs import metrics_log
 from train.tools import agent_breakdown
 from train.tools import agent_probe
 from train.tools import export_player
-from train import checkpointing
-from train import datasets
-from train import heldout
-from train import init_from
-from train import loop
-from train import metrics_log
 from train.tools import pool_breakdown
 from train.tools import run_checkpoints
 
@@ -59,9 +61,9 @@ def uninterrupted(live_run):
 
 def _params(workdir, step):
   """{player: parameter leaves} of a run's checkpoint `step`."""
-  _, raw = run_checkpoints._restore(workdir, step)  # pylint: disable=protected-access
-  return {player: jax.tree.leaves(jax.tree.map(np.asarray,
-                                               raw[player]["params"]))
+  _, parts = state_checkpoint.read_parts(
+      workdir, step, ["agent.params", "simulator.params"])
+  return {player: jax.tree.leaves(parts[f"{player}.params"])
           for player in ("agent", "simulator")}
 
 
@@ -246,6 +248,22 @@ def test_source_config_without_a_later_added_field_reads_as_its_old_value(
       "task.pad_operands: False != True"]
 
 
+def test_checkpoint_reader_reads_only_the_named_parts(uninterrupted):
+  config, workdir, _ = uninterrupted
+  step, parts = state_checkpoint.read_parts(
+      workdir, None, ["simulator.params", "pool.success"])
+  assert step == config.coevolve.num_steps
+  assert set(parts) == {"simulator.params", "pool.success"}
+  assert parts["pool.success"].shape == (config.pool.capacity,)
+  assert all(isinstance(x, np.ndarray)
+             for x in jax.tree.leaves(parts["simulator.params"]))
+  with pytest.raises(KeyError, match="no 'agent.momentum'"):
+    state_checkpoint.read_parts(workdir, None, ["agent.momentum"])
+  with pytest.raises(FileNotFoundError, match="no step-7 checkpoint.*holds "
+                     rf"steps \[0, .*{config.coevolve.num_steps}\]"):
+    state_checkpoint.read_parts(workdir, 7, ["pool"])
+
+
 def test_warm_start_checkpoint_is_kept_beside_the_latest(uninterrupted):
   config, workdir, _ = uninterrupted
   steps = sorted(int(s) for s in os.listdir(os.path.join(workdir,
@@ -365,11 +383,12 @@ def test_pool_breakdown_reads_the_runs_generated_rows(uninterrupted):
   tool_config = live.live_config(config.data.tfds_dir)
   step, pool = run_checkpoints.task_pool(workdir)
   assert step == config.coevolve.num_steps
-  rows = pool_breakdown.generated_rows(tool_config, workdir, pool)
+  domain = get_domain(tool_config.task)
+  rows = pool_breakdown.generated_rows(tool_config, domain, workdir, pool)
   # What precedes them is the base data, row for row.
   train = datasets.load_split(datasets.builder_config_from(config), "train",
                               config.data.tfds_dir)
-  base = loop.base_row_indices(config, train["difficulty"])
+  base = build.base_row_indices(config, train["difficulty"])
   np.testing.assert_array_equal(pool["tasks"][:base.size],
                                 train["task"][base])
   # And they are every valid generation (the pool has room for all).
@@ -384,9 +403,6 @@ def test_pool_breakdown_reads_the_runs_generated_rows(uninterrupted):
   assert whole["step"] == step and whole["tasks"] == valid
   assert sum(r["tasks"] for r in records
              if r["level"] != "all" and r["layout"] == "all") == valid
-  tool_config.task.name = "text"
-  with pytest.raises(ValueError, match="config.task.name='text'"):
-    pool_breakdown.generated_rows(tool_config, workdir, pool)
 
 
 def test_agent_breakdown_greedy_accuracy_is_the_runs_heldout_accuracy(
@@ -431,7 +447,6 @@ def test_exported_player_loads_in_transformers_with_our_logits(uninterrupted,
   export writes bfloat16."""
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from genenv_jax.tasks import get_domain  # pylint: disable=g-import-not-at-top
   from models import decoder  # pylint: disable=g-import-not-at-top
   from models import hf  # pylint: disable=g-import-not-at-top
   from safetensors import safe_open  # pylint: disable=g-import-not-at-top
@@ -448,9 +463,9 @@ def test_exported_player_loads_in_transformers_with_our_logits(uninterrupted,
     assert (written["bos_token_id"], written["eos_token_id"],
             written["pad_token_id"]) == (domain.bos_id, domain.eos_id,
                                          domain.pad_id), name
-  step, raw = run_checkpoints._restore(workdir, None)  # pylint: disable=protected-access
+  step, parts = state_checkpoint.read_parts(workdir, None, ["agent.params"])
   assert step == config.coevolve.num_steps
-  want = jax.tree.map(np.asarray, raw["agent"]["params"])
+  want = parts["agent.params"]
   params, model_config = hf.load_hf_params(out)
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(want)):
     np.testing.assert_array_equal(a, b)

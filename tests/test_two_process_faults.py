@@ -9,7 +9,7 @@ jax.distributed, their CPU collectives through gloo):
 - one process killed (SIGKILL, a lost host) mid stage 2, with
   launch/multiprocess.sh's settings (a 900 s heartbeat timeout, the default
   compilation cache setting): the other exits non-zero within seconds,
-  naming the lost process (train/peer_watch.py);
+  naming the lost process (train/runtime/peer_watch.py);
 - one process stopped (SIGSTOP, a hung host: no closed socket, as on a pod):
   the coordination service's heartbeat timeout ends the other, naming it;
 - each rerun resumes; the last one ends with the metrics and parameters of
@@ -29,8 +29,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from train import metrics_log
-from train import preemption
+from train.outputs import metrics_log
+from train.runtime import preemption
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_STEPS = 12
@@ -38,7 +38,7 @@ NUM_STEPS = 12
 # process go unnoticed for 15 minutes.
 HEARTBEAT_TIMEOUT_S = 900
 # A process killed mid step: its connection to process 0 closes at once
-# (train/peer_watch.py); the bound leaves the survivor, which may be busy on
+# (train/runtime/peer_watch.py); the bound leaves the survivor, which may be busy on
 # this loaded machine, room to act on it.
 DETECTION_BOUND_S = 60
 
@@ -54,7 +54,7 @@ def _start(workdir, tfds_dir):
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
              XLA_FLAGS="--xla_force_host_platform_device_count=8")
   env["XLA_FLAGS"] = subprocess.run(
-      [sys.executable, "-m", "train.cpu_flags", "2"], env=env, cwd=ROOT,
+      [sys.executable, "-m", "train.runtime.cpu_flags", "2"], env=env, cwd=ROOT,
       capture_output=True, text=True, check=True).stdout.strip()
   port = _free_port()
   os.makedirs(os.path.join(workdir, "logs"), exist_ok=True)
@@ -214,7 +214,8 @@ esac
 
 HUNG = """
 import sys, time
-from train import main, multihost
+from train import main
+from train.runtime import multihost
 index, port = int(sys.argv[1]), sys.argv[2]
 main.maybe_initialize_distributed(
     "true", job=main.named_job(f"127.0.0.1:{port}", 2, index),
@@ -262,7 +263,8 @@ def test_a_hung_process_is_named_after_the_heartbeat_timeout(tmp_path):
 
 AGREE = """
 import sys, time
-from train import main, preemption
+from train import main
+from train.runtime import preemption
 index, port = int(sys.argv[1]), sys.argv[2]
 main.maybe_initialize_distributed(
     "true", job=main.named_job(f"127.0.0.1:{port}", 2, index),
@@ -278,7 +280,7 @@ with preemption.Watch():
 
 
 def test_sigterm_to_one_process_stops_both_at_the_same_point(tmp_path):
-  """train.preemption in a two-process job, without the training (whose
+  """train.runtime.preemption in a two-process job, without the training (whose
   first cross-process collectives a loaded machine can delay past gloo's
   30 s): SIGTERM to process 1 alone; both processes' `reached()` answer
   True at the same call, the one after the furthest either had made."""

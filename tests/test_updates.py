@@ -17,9 +17,9 @@ from genenv_jax import coevolve
 from genenv_jax import losses
 from genenv_jax import policy
 from genenv_jax import sharding
+from genenv_jax.domains import get_domain
 from genenv_jax.sampling import SamplingConfig, sample
-from genenv_jax.tasks import get_domain
-from train import loop
+from train import build
 
 RULES = sharding.DEFAULT_RULES
 
@@ -40,7 +40,7 @@ def _sequence_logp(model, params, prompt, prompt_mask, response, mask):
 
 
 def _player(model, opt, key):
-  params = loop.init_player_params(model, jax.random.PRNGKey(key), _mesh(),
+  params = build.init_player_params(model, jax.random.PRNGKey(key), _mesh(),
                                    RULES)
   return coevolve.PlayerState(params=params, opt_state=opt.init(params),
                               ref_params=params)
@@ -56,7 +56,7 @@ def agent_setup():
   config = default.get_config("smoke")
   config.agent.learning_rate = 3e-3
   domain = get_domain(config.task)
-  players = loop.build_players(config, domain)
+  players = build.build_players(config, domain)
   agent = _player(players.agent_model, players.agent_opt, 0)
   rows, _ = domain.random_tasks(np.random.default_rng(0), 8)
   tasks = domain.parse(jnp.asarray(rows), jnp.asarray(rows != domain.pad_id))
@@ -134,7 +134,7 @@ def simulator_setup():
   config = default.get_config("smoke")
   config.simulator.learning_rate = 1e-3
   domain = get_domain(config.task)
-  players = loop.build_players(config, domain)
+  players = build.build_players(config, domain)
   simulator = _player(players.simulator_model, players.simulator_opt, 1)
   cc = config.coevolve
   seeds, _ = domain.random_tasks(np.random.default_rng(0), cc.num_seeds)

@@ -17,7 +17,7 @@ from scipy import stats
 from genenv_jax import episodes
 from genenv_jax import sharding
 from genenv_jax.sampling import SamplingConfig, sample
-from genenv_jax.tasks.base import TaskDomain
+from genenv_jax.domains.base import TaskDomain
 from models.config import ModelConfig
 
 

@@ -8,216 +8,42 @@ held-out tasks the step-0 agent answers right is kept beside the checkpoints
 (`checkpointing.STEP0_ANSWERS`): every later evaluation compares the agent
 with it task by task.
 
-Checkpoints are verified on restore (`train.checkpointing`), the workdir is
-locked and its config fixed (`train.workdir`), a run whose updates keep
-going non-finite stops before its next checkpoint (`train.nonfinite`), and a
+Checkpoints are verified on restore (`train.checkpoints.checkpointing`), the workdir is
+locked and its config fixed (`train.checkpoints.workdir`), a run whose updates keep
+going non-finite stops before its next checkpoint (`train.runtime.nonfinite`), and a
 preemption notice (SIGTERM, Ctrl-C) stops it at a saved step
-(`train.preemption`).
+(`train.runtime.preemption`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import time
 
-from absl import logging
 from clu import metric_writers
 from clu import periodic_actions
-import flax.linen as nn
 import jax
-import numpy as np
-import optax
 
 from genenv_jax import coevolve
-from genenv_jax import scripted
-from train import dispatch
 from genenv_jax import sharding
-from genenv_jax.tasks import get_domain
-from models import decoder
-from models import hf
-from models.config import get_preset
-from train import bfcl_multi_turn_data
+from genenv_jax.domains import get_domain
+from train import build
 from train import config_validation
-from train import checkpointing
-from train import datasets
 from train import heldout
-from train import maze_data
-from train import init_from as init_from_lib
-from train import metrics_log
-from train import progress
-from train import multihost
-from train import nonfinite
-from train import preemption
-from train import run_report
-from train import state_checkpoint
-from train import state_layout
-from train import text_datasets
 from train import warmstart
-from train import workdir as workdir_lib
-
-
-def _optimizer(player_cfg) -> optax.GradientTransformation:
-  return optax.chain(
-      optax.clip_by_global_norm(player_cfg.grad_clip),
-      optax.adamw(player_cfg.learning_rate, b1=player_cfg.b1,
-                  b2=player_cfg.b2, weight_decay=player_cfg.weight_decay))
-
-
-def build_players(config, domain) -> coevolve.Players:
-  """Model configs and optimisers of both players.
-
-  A player whose config names an `hf_dir` takes its architecture from that HF
-  directory's config.json (model_overrides may only change how it computes:
-  dtypes, remat, scan); otherwise it is the `model` preset with the domain's
-  vocabulary.
-  """
-  def model(player_cfg):
-    overrides = dict(player_cfg.model_overrides)
-    hf_dir = player_cfg.get("hf_dir", "")
-    if hf_dir:
-      model_config = hf.config_from_hf(hf.read_hf_config(hf_dir)).replace(
-          **overrides)
-      if model_config.vocab_size < domain.vocab_size:
-        raise ValueError(
-            f"{hf_dir}: the model's vocab_size {model_config.vocab_size} is "
-            f"smaller than the task domain's {domain.vocab_size}.")
-      return model_config
-    overrides.setdefault("vocab_size", domain.vocab_size)
-    return get_preset(player_cfg.model, **overrides)
-  return coevolve.Players(agent_model=model(config.agent),
-                          simulator_model=model(config.simulator),
-                          agent_opt=_optimizer(config.agent),
-                          simulator_opt=_optimizer(config.simulator))
-
-
-def init_player_params(model_config, key, mesh, rules, hf_dir: str = ""):
-  """A player's parameters laid out per `rules`: random from `key`, or the
-  weights of the HF directory `hf_dir` when given."""
-  init = functools.partial(decoder.init_boxed, model_config)
-  if not hf_dir:
-    params, _ = sharding.sharded_init(init, mesh, rules, key)
-    return params
-  weights, _ = hf.load_hf_params(hf_dir, model_config)
-  shardings = nn.unbox(sharding.shardings_from_boxed(
-      jax.eval_shape(init, key), mesh, rules))
-  return jax.tree.map(
-      lambda w, s: jax.make_array_from_callback(w.shape, s, lambda i: w[i]),
-      weights, shardings)
-
-
-def create_state(config, domain, players, agent_params, simulator_params,
-                 base_rows, base_difficulty, mesh):
-  """Assembles a CoevolveState, placed on the mesh. Returns (state, shardings).
-
-  The current parameters also become the references: the agent's GRPO
-  reference and the simulator's initial model. Every leaf's sharding is
-  derived from the parameters' (train/state_layout.py).
-  """
-  copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)
-  host = state_layout.host_parts(config, domain, base_rows, base_difficulty)
-  unplaced = coevolve.CoevolveState(
-      agent=coevolve.PlayerState(
-          params=agent_params,
-          opt_state=jax.eval_shape(players.agent_opt.init, agent_params),
-          ref_params=agent_params),
-      simulator=coevolve.PlayerState(
-          params=simulator_params,
-          opt_state=jax.eval_shape(players.simulator_opt.init,
-                                   simulator_params),
-          ref_params=simulator_params),
-      **host)
-  shardings = state_layout.state_shardings(players, unplaced, mesh)
-  everywhere = lambda tree, s: jax.tree.map(sharding.from_host, tree, s)
-  state = coevolve.CoevolveState(
-      agent=coevolve.PlayerState(
-          params=agent_params,
-          opt_state=jax.jit(players.agent_opt.init, out_shardings=(
-              shardings.agent.opt_state))(agent_params),
-          ref_params=copy(agent_params)),
-      simulator=coevolve.PlayerState(
-          params=simulator_params,
-          opt_state=jax.jit(players.simulator_opt.init, out_shardings=(
-              shardings.simulator.opt_state))(simulator_params),
-          ref_params=copy(simulator_params)),
-      pool=everywhere(host["pool"], shardings.pool),
-      generation_pool=everywhere(host["generation_pool"],
-                                 shardings.generation_pool),
-      rng=sharding.from_host(host["rng"], shardings.rng),
-      step=sharding.from_host(host["step"], shardings.step),
-      level_success=sharding.from_host(host["level_success"],
-                                       shardings.level_success))
-  return state, shardings
-
-
-def _seed_data(config, domain, workdir: str) -> tuple[dict, dict]:
-  """The seed data's train and test splits as {"task": int32[n, task_len]
-  written-task rows, "difficulty": int32[n]}, through the domain's
-  tensorflow-datasets builder (in config.data.tfds_dir, else <workdir>/tfds)."""
-  data_dir = (config.data.tfds_dir
-              or str(checkpointing.workdir_path(workdir) / "tfds"))
-  if config.task.name == "maze":
-    return maze_data.maze_splits(domain, config.data.seed,
-                                 config.data.num_train,
-                                 config.data.num_test_per_level)
-  if config.task.name == "bfcl_multi_turn":
-    splits = bfcl_multi_turn_data.bfcl_splits(
-        domain, tuple(config.data.categories), config.data.test_fraction,
-        config.data.seed, config.data.max_seed_turns, config.task.data_dir)
-    for name, split in splits.items():
-      if not len(split.rows):
-        raise ValueError(f"BFCL multi-turn: no {name} entry fits the domain's widths "
-                         f"({split.num_dropped} dropped; widen config.task's widths "
-                         "or lower config.data.max_seed_turns).")
-      logging.info("BFCL multi-turn seeds: %d %s entries, %d dropped.",
-                   len(split.rows), name, split.num_dropped)
-    return tuple({"task": splits[name].rows, "difficulty": splits[name].difficulty}
-                 for name in ("train", "test"))
-  if config.task.name == "text":
-    splits = text_datasets.load_seed_rows(config, domain, data_dir)
-    for name, split in splits.items():
-      if not len(split.rows):
-        raise ValueError(
-            f"config.data.source_dir={config.data.source_dir!r}: no {name} "
-            f"record fits the text domain's widths ({split.num_dropped} "
-            "dropped).")
-      if split.num_dropped:
-        logging.warning("Seed data: %d %s records dropped (too long for the "
-                        "domain's widths or not parseable).",
-                        split.num_dropped, name)
-    return tuple({"task": splits[name].rows,
-                  "difficulty": splits[name].difficulty}
-                 for name in ("train", "test"))
-  builder_config = datasets.builder_config_from(config)
-  return (datasets.load_split(builder_config, "train", data_dir),
-          datasets.load_split(builder_config, "test", data_dir))
-
-
-def base_row_indices(config, train_difficulty: np.ndarray) -> np.ndarray:
-  """int64[Nb]: the seed train split's rows that become D_train's base data
-  (up to config.pool.num_base of those at levels up to
-  config.pool.base_max_difficulty), in their order in the pool.
-
-  Args:
-    train_difficulty: int[n] the train split's difficulty per row.
-  """
-  easy = np.flatnonzero(train_difficulty <= config.pool.base_max_difficulty)
-  return np.random.default_rng(config.data.seed).permutation(easy)[
-      :config.pool.num_base]
-
-
-def scripted_level_bank(config, domain, train: dict
-                        ) -> scripted.LevelBank | None:
-  """The level bank scripted generation draws from (genenv_jax/scripted.py),
-  from the seed train split {"task", "difficulty"}; None for the other
-  generation modes."""
-  if config.coevolve.generation not in scripted.SCRIPTED_GENERATIONS:
-    return None
-  return scripted.level_bank(train["task"], train["difficulty"],
-                             domain.max_difficulty,
-                             config.coevolve.scripted_bank_per_level,
-                             config.data.seed)
+from train.checkpoints import checkpointing
+from train.checkpoints import init_from as init_from_lib
+from train.checkpoints import state_checkpoint
+from train.checkpoints import state_layout
+from train.checkpoints import workdir as workdir_lib
+from train.outputs import metrics_log
+from train.outputs import progress
+from train.outputs import run_report
+from train.runtime import dispatch
+from train.runtime import multihost
+from train.runtime import nonfinite
+from train.runtime import preemption
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
@@ -244,14 +70,14 @@ def _run(config, workdir: str, chief: bool) -> dict:
   rules = sharding.DEFAULT_RULES
   mesh = sharding.make_mesh(dict(config.mesh))
   domain = get_domain(config.task)
-  players = build_players(config, domain)
+  players = build.build_players(config, domain)
   if chief:
     workdir_lib.write_config(config, workdir)
 
   progress.say("Preparing the seed data.")
   train, test = multihost.chief_first(
-      lambda: _seed_data(config, domain, workdir), "seed data prepared")
-  base = base_row_indices(config, train["difficulty"])
+      lambda: build.seed_data(config, domain, workdir), "seed data prepared")
+  base = build.base_row_indices(config, train["difficulty"])
 
   jsonl = metrics_log.JsonlWriter(workdir) if chief else None
   writer = metric_writers.MultiWriter([
@@ -279,16 +105,16 @@ def _run(config, workdir: str, chief: bool) -> dict:
     progress.say("Stage 1: warm-starting both players.")
     agent_key, simulator_key = jax.random.split(
         jax.random.PRNGKey(config.seed))
-    agent_params = init_player_params(players.agent_model, agent_key, mesh,
+    agent_params = build.init_player_params(players.agent_model, agent_key, mesh,
                                       rules, config.agent.get("hf_dir", ""))
-    simulator_params = init_player_params(
+    simulator_params = build.init_player_params(
         players.simulator_model, simulator_key, mesh, rules,
         config.simulator.get("hf_dir", ""))
     agent_params, simulator_params, ws_metrics = warmstart.warmstart(
         config, domain, players.agent_model, players.simulator_model, agent_params,
         simulator_params, train["task"], train["difficulty"], mesh, rules,
         path, chief)
-    state, _ = create_state(
+    state, _ = build.create_state(
         config, domain, players,
         jax.device_put(agent_params, shardings.agent.params),
         jax.device_put(simulator_params, shardings.simulator.params),
@@ -331,7 +157,7 @@ def _run(config, workdir: str, chief: bool) -> dict:
 
   step_fn = coevolve.jit_step(
       coevolve.make_step(config, domain, players,
-                         scripted_level_bank(config, domain, train)),
+                         build.scripted_level_bank(config, domain, train)),
       shardings, mesh, rules)
   num_steps = config.coevolve.num_steps
   first = int(jax.device_get(state.step))

@@ -31,9 +31,9 @@ from absl import logging
 import jax
 from ml_collections import config_flags
 
-from train import cpu_flags
-from train import peer_watch
-from train import quiet_start
+from train.runtime import cpu_flags
+from train.runtime import peer_watch
+from train.runtime import quiet_start
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
@@ -68,7 +68,7 @@ flags.DEFINE_integer("heartbeat_timeout_s", 120,
                      "--lost_host_timeout_s).")
 flags.DEFINE_integer("lost_host_timeout_s", 60,
                      "Multi-process jobs: each process holds a connection to "
-                     "process 0 (train/peer_watch.py). A process that ends "
+                     "process 0 (train/runtime/peer_watch.py). A process that ends "
                      "closes it, noticed at once; a host that stops "
                      "answering its TCP keepalive probes (its kernel answers "
                      "them, so a busy process never misses one) is declared "
@@ -238,8 +238,8 @@ def main(argv):
   # Imported here: the driver pulls in TensorFlow (through clu), which this
   # module's flags and multi-host set-up do not need.
   from train import loop  # pylint: disable=g-import-not-at-top
-  from train import multihost  # pylint: disable=g-import-not-at-top
-  from train import preemption  # pylint: disable=g-import-not-at-top
+  from train.runtime import multihost  # pylint: disable=g-import-not-at-top
+  from train.runtime import preemption  # pylint: disable=g-import-not-at-top
   multihost.BARRIER_TIMEOUT_MS = FLAGS.barrier_timeout_s * 1000
   logging.info("JAX process %d of %d; devices: %s", jax.process_index(),
                jax.process_count(), jax.devices())

@@ -8,7 +8,6 @@ prompt, with AdamW, on batches drawn from the seed data.
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 from absl import logging
@@ -20,14 +19,13 @@ import optax
 
 from genenv_jax import policy
 from genenv_jax import sharding
-from genenv_jax.tasks.base import TaskDomain
+from genenv_jax.domains.base import TaskDomain
 from models.config import ModelConfig
-from train import checkpointing
-from train import dispatch
-from train import maze_data
-from train import nonfinite
-from train import preemption
-from train import progress
+from train.checkpoints import checkpointing
+from train.runtime import dispatch
+from train.runtime import nonfinite
+from train.runtime import preemption
+from train.outputs import progress
 
 
 class SupervisedData(NamedTuple):
@@ -78,7 +76,7 @@ def simulator_data(domain: TaskDomain, rows: np.ndarray, difficulty: np.ndarray,
   simulator learns to write variations near (level_offset above) its seed's
   level: another seed task of that level, or with `edit` (a function (seed
   rows, wanted levels int[n], rng) -> target rows, e.g.
-  `train.maze_data.edited_variations`) the seed itself edited to it. A
+  `genenv_jax.domains.maze.data.edited_variations`) the seed itself edited to it. A
   negative difficulty_step draws targets independently of the seed.
   """
   seeds = rng.integers(0, len(rows), size)
@@ -155,9 +153,9 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
   and at the end, and training resumes from the latest one (the batches
   already drawn are drawn again and dropped, so a resumed run is the same).
   Each save is waited for before the next step. On a preemption notice
-  (`train.preemption`) the step every process reached is saved and
+  (`train.runtime.preemption`) the step every process reached is saved and
   `Preempted` raised. With a `label`, prints
-  progress lines (`train.progress`) under it.
+  progress lines (`train.outputs.progress`) under it.
   """
   if steps <= 0:
     return params, []
@@ -285,17 +283,17 @@ SIMULATOR_LESSONS = ("drawn", "edited")
 
 def lesson_edit(config, domain: TaskDomain):
   """The `edit` of `simulator_data` that config.warmstart.simulator_lessons
-  names: None for "drawn" (targets drawn from the seed data), the maze
-  domain's `train.maze_data.edited_variations` for "edited"."""
+  names: None for "drawn" (targets drawn from the seed data), the domain's
+  `edit_variations` for "edited"."""
   lessons = config.warmstart.simulator_lessons
   if lessons == "drawn":
     return None
-  if lessons == "edited" and config.task.name == "maze":
-    return functools.partial(maze_data.edited_variations, domain)
+  if lessons == "edited" and domain.edits_seeds:
+    return domain.edit_variations
   raise ValueError(
       f"config.warmstart.simulator_lessons={lessons!r} with "
       f"config.task.name={config.task.name!r}: expected one of "
-      f"{SIMULATOR_LESSONS}, and 'edited' is the maze domain's only.")
+      f"{SIMULATOR_LESSONS}, and 'edited' needs a domain that edits seeds.")
 
 
 def start_simulator(config, domain: TaskDomain, simulator_model: ModelConfig,

@@ -38,7 +38,7 @@ import dataclasses
 import hashlib
 import inspect
 import json
-from typing import Any, Sequence
+from typing import Any
 
 from genenv_jax.scoring import InputError, bfcl, bfcl_apis
 from genenv_jax.scoring import bfcl_multi_turn as mt

@@ -20,7 +20,7 @@ import numpy as np
 from genenv_jax import policy
 from genenv_jax import sharding
 from models import config as model_config_lib
-from train import cpu_flags
+from train.runtime import cpu_flags
 
 SIZES = ("tiny", "small")
 PEAK_SIZE = 2048
@@ -355,12 +355,12 @@ def twin_models(config: model_config_lib.ModelConfig, seed: int, mesh):
   """
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from train import loop  # pylint: disable=g-import-not-at-top
+  from train import build  # pylint: disable=g-import-not-at-top
   torch.manual_seed(seed)
   hf_model = transformers.Qwen2ForCausalLM(qwen2_hf_config(config)).eval()
   with tempfile.TemporaryDirectory() as hf_dir:
     hf_model.save_pretrained(hf_dir)
-    params = loop.init_player_params(config, jax.random.PRNGKey(seed), mesh,
+    params = build.init_player_params(config, jax.random.PRNGKey(seed), mesh,
                                      RULES, hf_dir)
   return params, hf_model
 

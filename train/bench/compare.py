@@ -36,7 +36,7 @@ names a Python with `google-tunix` installed: it runs `train/bench/tunix_side.py
 as a worker process (Tunix pins library versions this project's environment
 does not have) on --tunix_devices CPU devices (default 1). Without
 TUNIX_PYTHON, or where the worker fails, the Tunix keys are absent. Our side
-runs on every device the process has (one per core, `train.cpu_flags`)
+runs on every device the process has (one per core, `train.runtime.cpu_flags`)
 in the layout --layout names (`mesh_shape`; each record's `mesh`): by default
 the batch split over them, but for decoding (sampler, step) a model whose
 weights outgrow the cores' caches, the weights split over them.
@@ -57,7 +57,7 @@ import numpy as np
 from genenv_jax import sampling
 from genenv_jax import sharding
 from models import config as model_config_lib
-from train import cpu_flags
+from train.runtime import cpu_flags
 from train.bench import common
 from train.bench import step as step_lib
 

@@ -77,15 +77,15 @@ from genenv_jax import coevolve
 from genenv_jax import policy
 from genenv_jax import scripted
 from genenv_jax import sharding
+from genenv_jax.domains import get_domain
 from genenv_jax.sampling import sample
-from genenv_jax.tasks import get_domain
+from train import build
 from train import heldout
-from train import loop
-from train import state_layout
 from train import warmstart
 from train.bench import common
 from train.bench import hlo_cost
 from train.bench import slices
+from train.checkpoints import state_layout
 
 FLAGS = flags.FLAGS
 GIB = 2**30
@@ -229,7 +229,7 @@ class Setup:
     self.rules = sharding.DEFAULT_RULES
     self.mesh = sharding.make_mesh(dict(config.mesh), devices)
     self.domain = get_domain(config.task)
-    self.players = loop.build_players(config, self.domain)
+    self.players = build.build_players(config, self.domain)
     self.replicated = sharding.replicated(self.mesh)
     rows = np.zeros((config.pool.num_base, self.domain.task_len), np.int32)
     self.state, self.shardings = state_layout.abstract_state(

@@ -29,7 +29,7 @@ small training program the embedding's 132-GFLOP gradient records 0.5 ms.
 
 XLA:CPU records one trace event per executed instruction only when compiled
 with --xla_cpu_enable_xprof_traceme, which `main` adds to XLA_FLAGS before
-JAX starts (with the project's usual flags, `train.cpu_flags`).
+JAX starts (with the project's usual flags, `train.runtime.cpu_flags`).
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
   args = parser.parse_args(argv)
   if args.repeats < 1:
     raise SystemExit(f"--repeats={args.repeats} must be >= 1.")
-  from train import cpu_flags  # pylint: disable=g-import-not-at-top
+  from train.runtime import cpu_flags  # pylint: disable=g-import-not-at-top
   cpu_flags.use_library_fusions()
   if TRACEME_FLAG.split("=")[0] not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += " " + TRACEME_FLAG

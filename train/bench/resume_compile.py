@@ -24,7 +24,7 @@ import time
 from absl import app
 from absl import flags
 
-from train import metrics_log
+from train.outputs import metrics_log
 
 _CONFIG = flags.DEFINE_string("config", "configs/default.py:smoke",
                               "Config file[:variants] of the runs.")

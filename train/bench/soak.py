@@ -38,8 +38,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from train import cpu_flags
-from train import metrics_log
+from train.runtime import cpu_flags
+from train.outputs import metrics_log
 
 _CONFIG = flags.DEFINE_string("config", "configs/default.py:smoke",
                               "Config file[:variants] of the runs.")

@@ -44,10 +44,10 @@ import numpy as np
 from configs import default
 from genenv_jax import coevolve
 from genenv_jax import sharding
-from genenv_jax.tasks.arithmetic import ArithmeticDomain
+from genenv_jax.domains.arithmetic.domain import ArithmeticDomain
 from models.config import get_preset
+from train import build
 from train.bench import common
-from train import loop
 
 NUM_SEEDS, VARIATIONS, ATTEMPTS, ANSWER_TOKENS = 4, 4, 4, 32
 RULES = common.RULES
@@ -169,13 +169,13 @@ def run(size: str, repeats: int, peak_gflops: float,
   """
   config = step_config(size, layout)
   domain = WideAnswerDomain(max_digits=config.task.max_digits)
-  players = loop.build_players(config, domain)
+  players = build.build_players(config, domain)
   mesh = sharding.make_mesh(dict(config.mesh))
   agent_key, simulator_key = jax.random.split(jax.random.PRNGKey(config.seed))
-  init = lambda model, key: loop.init_player_params(model, key, mesh, RULES)
+  init = lambda model, key: build.init_player_params(model, key, mesh, RULES)
   rows, difficulty = domain.random_tasks(np.random.default_rng(config.seed),
                                          config.pool.num_base)
-  state, shardings = loop.create_state(
+  state, shardings = build.create_state(
       config, domain, players, init(players.agent_model, agent_key),
       init(players.simulator_model, simulator_key), rows, difficulty, mesh)
   flops = _phase_flops(config, domain, players)

@@ -34,13 +34,13 @@ import jax.numpy as jnp
 from ml_collections import config_flags
 import numpy as np
 
-from train import cpu_flags
 from genenv_jax import sharding
+from genenv_jax.domains import ArithmeticDomain, get_domain
+from genenv_jax.domains.arithmetic import data as datasets
 from genenv_jax.sampling import SamplingConfig, sample
-from genenv_jax.tasks import ArithmeticDomain, get_domain
-from train import datasets
+from train import build
 from train import heldout
-from train import loop
+from train.runtime import cpu_flags
 from train.tools import run_checkpoints
 
 PASS_AT = (4, 10)
@@ -114,7 +114,7 @@ def run(config, workdir: str, step: int, attempts: int,
   mesh = sharding.make_mesh(dict(config.mesh))
   rules = sharding.DEFAULT_RULES
   domain = get_domain(config.task)
-  players = loop.build_players(config, domain)
+  players = build.build_players(config, domain)
   data_dir = config.data.tfds_dir or os.path.join(workdir, "tfds")
   test = datasets.load_split(datasets.builder_config_from(config), "test",
                              data_dir)

@@ -28,14 +28,14 @@ from ml_collections import config_flags
 import numpy as np
 
 from genenv_jax import coevolve
-from train import dispatch
 from genenv_jax import sharding
-from genenv_jax.tasks import get_domain
-from train import datasets
+from genenv_jax.domains import get_domain
+from genenv_jax.domains.arithmetic import data as datasets
+from train import build
 from train import heldout
-from train import loop
-from train.tools import run_checkpoints
 from train import warmstart
+from train.runtime import dispatch
+from train.tools import run_checkpoints
 
 
 
@@ -82,7 +82,7 @@ def run(config, workdir: str, method: str, levels: list[int], steps: int,
   domain = get_domain(config.task)
   if learning_rate is not None and method == "grpo":
     config.agent.learning_rate = learning_rate
-  players = loop.build_players(config, domain)
+  players = build.build_players(config, domain)
   data_dir = config.data.tfds_dir or os.path.join(workdir, "tfds")
   builder_config = datasets.builder_config_from(config)
   train = datasets.load_split(builder_config, "train", data_dir)

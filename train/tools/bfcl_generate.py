@@ -17,22 +17,21 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import os
 from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from genenv_jax import sharding
+from genenv_jax.domains import TextDomain, get_domain
 from genenv_jax.sampling import SamplingConfig, sample
 from genenv_jax.scoring import InputError, bfcl, read_jsonl
 from genenv_jax.scoring.bfcl_prompt import bfcl_system_prompt
-from genenv_jax.tasks import get_domain
 from models import hf
 from models.config import ModelConfig
-from train import loop
+from train import build
+from train.checkpoints import workdir as workdir_lib
 from train.tools import run_checkpoints
 
 
@@ -73,16 +72,15 @@ def load_agent(run: str, hf_dir: str, step: int | None, dtype: str, mesh) -> Age
     weights, model = hf.load_hf_params(hf_dir, model)
     params = jax.device_put(weights, sharding.replicated(mesh))
     return Agent(model, params, hf.load_tokenizer(hf_dir))
-  config_path = os.path.join(run, "config.json")
-  if not os.path.isfile(config_path):
-    raise InputError(f"{config_path} does not exist: --run needs a training run's workdir")
-  with open(config_path, encoding="utf-8") as f:
-    config = ml_collections.ConfigDict(json.load(f))
-  if config.task.name != "text":
-    raise InputError(f"{config_path}: task {config.task.name!r} is not a text task; "
-                     "BFCL needs a text agent")
+  try:
+    config = workdir_lib.read_run_config(run)
+  except FileNotFoundError as e:
+    raise InputError(f"{e} --run needs one.") from e
   domain = get_domain(config.task)
-  model = loop.build_players(config, domain).agent_model.replace(dtype=dtype)
+  if not isinstance(domain, TextDomain):
+    raise InputError(f"{run}: task {config.task.name!r} is not a text task; "
+                     "BFCL needs a text agent")
+  model = build.build_players(config, domain).agent_model.replace(dtype=dtype)
   params = run_checkpoints.agent_params(run, mesh, step)
   return Agent(model, params, domain.tokenizer)
 

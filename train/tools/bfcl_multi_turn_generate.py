@@ -6,7 +6,7 @@ Each entry is played as BFCL's prompt-mode inference plays a model
 the system prompt is BFCL's default prompt-mode one (`bfcl_generate.bfcl_system_prompt`)
 with the docs of the involved classes offered from the start, followed by the first
 user turn; after each of the agent's steps (an assistant message) the environment
-(genenv_jax/envs/bfcl_multi_turn.py) adds the execution results as tool messages,
+(genenv_jax/domains/bfcl_multi_turn/env.py) adds the execution results as tool messages,
 or, when the step holds no call, the next user turn (at a miss_func turn, BFCL's
 message revealing the held-out docs). The chat goes through the tokenizer's chat
 template; steps are decoded greedily (or at `--temperature`).
@@ -22,7 +22,7 @@ import json
 import time
 from typing import Sequence
 
-from genenv_jax.envs import bfcl_multi_turn as env
+from genenv_jax.domains.bfcl_multi_turn import env as env
 from genenv_jax.scoring import bfcl_multi_turn as mt
 from train.tools import bfcl_generate
 

@@ -6,7 +6,7 @@
 
 Each category's question file (`BFCL_v<N>_<category>.json` with its
 `possible_answer/` file) is read as the text domain's seed data
-(`train.text_datasets`, format "bfcl") and turned into written-task rows by
+(`genenv_jax.domains.text.data`, format "bfcl") and turned into written-task rows by
 `text_datasets.seed_rows`: a task is kept when it fits the widths and its
 reference passes the `bfcl` verifier's check. `--data_dir` defaults to the data
 of the installed `bfcl_eval` package; an empty `config.task.tokenizer_dir` to
@@ -25,8 +25,8 @@ from ml_collections import config_flags
 import numpy as np
 
 from genenv_jax.scoring import bfcl
-from genenv_jax.tasks.text import TextDomain
-from train import text_datasets
+from genenv_jax.domains.text.domain import TextDomain
+from genenv_jax.domains.text import data as text_datasets
 from train.tools import real_models
 
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "live_simple",

@@ -1,4 +1,4 @@
-"""One player of a training run -> a Hugging Face directory (`train.export`).
+"""One player of a training run -> a Hugging Face directory (`train.checkpoints.export`).
 
   python -m train.tools.export_player --run DIR [--step N] \
       --player agent|simulator --out DIR [--dtype bfloat16|float32]
@@ -12,7 +12,7 @@ import argparse
 import json
 
 from models import hf
-from train import export
+from train.checkpoints import export
 
 
 def _parser() -> argparse.ArgumentParser:

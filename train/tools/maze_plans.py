@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from genenv_jax.tasks import get_domain
-from genenv_jax.tasks import maze
+from genenv_jax.domains import get_domain
+from genenv_jax.domains.maze import domain as maze
 from train.tools import run_checkpoints
 
 

@@ -1,5 +1,5 @@
 """What the agent was trained on: the generated tasks in a checkpoint's agent
-pool D_train, per difficulty level and operand layout (arithmetic domain).
+pool D_train, per difficulty level (and operand layout, for arithmetic).
 
   python -m train.tools.pool_breakdown --config=configs/default.py --workdir=DIR \
       [--step=N]
@@ -28,24 +28,18 @@ import os
 import numpy as np
 
 from genenv_jax import pool as pool_lib
-from genenv_jax.tasks import ArithmeticDomain, get_domain
-from train import datasets
-from train import loop
+from genenv_jax.domains import ArithmeticDomain, get_domain
+from train import build
 from train.tools import run_checkpoints
 
 
-def generated_rows(config, workdir: str, pool: dict[str, np.ndarray]
+def generated_rows(config, domain, workdir: str, pool: dict[str, np.ndarray]
                    ) -> dict[str, np.ndarray]:
   """The generated rows of a checkpoint's D_train: {"task": int32[n, L],
   "difficulty": int32[n], "success": f32[n]}, rows [base_size, size)."""
-  if config.task.name != "arithmetic":
-    raise ValueError(
-        f"config.task.name={config.task.name!r}: pool_breakdown finds the "
-        "base rows through the arithmetic domain's seed data only.")
   data_dir = config.data.tfds_dir or os.path.join(workdir, "tfds")
-  train = datasets.load_split(datasets.builder_config_from(config), "train",
-                              data_dir)
-  base_size = loop.base_row_indices(config, train["difficulty"]).size
+  train, _ = domain.seed_splits(config, data_dir)
+  base_size = build.base_row_indices(config, train["difficulty"]).size
   rows = slice(base_size, int(pool["size"]))
   return {"task": pool["tasks"][rows], "difficulty": pool["difficulty"][rows],
           "success": pool["success"][rows]}
@@ -90,7 +84,7 @@ def run(config, workdir: str, step: int | None) -> list[dict]:
   domain = get_domain(config.task)
   step, pool = run_checkpoints.task_pool(workdir, step)
   records = [dict(step=step, **r) for r in
-             breakdown(domain, generated_rows(config, workdir, pool))]
+             breakdown(domain, generated_rows(config, domain, workdir, pool))]
   return records
 
 

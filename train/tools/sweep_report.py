@@ -23,8 +23,9 @@ import numpy as np
 from scipy import stats
 
 from train import heldout
-from train import metrics_log
-from train import run_report
+from train.checkpoints import workdir as workdir_lib
+from train.outputs import metrics_log
+from train.outputs import run_report
 
 REFERENCE_ARM = "genenv"
 
@@ -124,10 +125,9 @@ def load_runs(sweep_dir: str) -> tuple[list[RunResult], list[str]]:
   finished, unfinished = [], []
   for workdir in sorted(epath.Path(sweep_dir).iterdir()):
     name = workdir.name
-    config_path = workdir / "config.json"
-    if not config_path.is_file():
+    config = workdir_lib.read_saved_config(str(workdir))
+    if config is None:
       continue
-    config = json.loads(config_path.read_text())
     records = metrics_log.read_metrics(workdir / metrics_log.METRICS_FILE)
     num_steps = config["coevolve"]["num_steps"]
     evals = series(records, "eval/accuracy")

@@ -25,7 +25,7 @@ prompt is BFCL's prompt-mode system prompt with the classes' function docs
 (`function_docs="bfcl"`; "names" lists the function names only, for tiny runs)
 and the first user turn, through the chat template. Each action is one step of
 BFCL's prompt-mode loop, decoded to text without its stop token and played by
-`genenv_jax.envs.bfcl_multi_turn.transition` (calls decoded by the project's AST
+`genenv_jax.domains.bfcl_multi_turn.env.transition` (calls decoded by the project's AST
 decoder and dispatched to the episode's own API instances; nothing is
 evaluated): the observation is the execution results (tool messages) or, after a
 step without a call, the next user turn, rendered as the chat template renders
@@ -46,19 +46,21 @@ import hashlib
 import threading
 from typing import Any, Sequence
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from genenv_jax import sharding
-from genenv_jax.envs import bfcl_multi_turn as env_lib
+from genenv_jax import config_fields as fields
+from genenv_jax import episodes, sharding
+from genenv_jax.domains.bfcl_multi_turn import env as env_lib
 from genenv_jax.envs.host import HostEnvironment, HostStep, HostTransition
 from genenv_jax.scoring import CORRECT
 from genenv_jax.scoring import bfcl_multi_turn as mt
 from genenv_jax.scoring import bfcl_prompt
 from genenv_jax.scoring import bfcl_variations as bv
-from genenv_jax.tasks import text
-from genenv_jax.tasks.base import ParsedTasks, TaskDomain, generation_rows
+from genenv_jax.domains.text import domain as text
+from genenv_jax.domains.base import ParsedTasks, TaskDomain, generation_rows
 
 FUNCTION_DOCS = ("bfcl", "names")
 DEFAULT_SIMULATOR_INSTRUCTION = (
@@ -157,6 +159,41 @@ class BfclMultiTurnDomain(TaskDomain):
   def from_config(cls, config: Any) -> BfclMultiTurnDomain:
     """Builds the domain from `config.task` (`text.from_task_config`)."""
     return text.from_task_config(cls, config, "the bfcl_multi_turn domain")
+
+  @staticmethod
+  def check_config(config: Any) -> None:
+    for field in ("max_prompt_tokens", "max_written_tokens", "max_turns",
+                  "max_action_tokens", "max_observation_tokens", "calls_per_level",
+                  "max_difficulty"):
+      fields.integer(config, f"task.{field}", low=1)
+    fields.choice(config, "task.function_docs", FUNCTION_DOCS)
+    from genenv_jax.domains.bfcl_multi_turn import data  # pylint: disable=import-outside-toplevel
+    categories = tuple(config.data.categories)
+    if not categories or not set(categories) <= set(data.CATEGORIES):
+      fields.fail("data.categories", categories, f"some of {data.CATEGORIES}")
+    fields.integer(config, "data.max_seed_turns", low=0)
+    fields.number(config, "data.test_fraction", low=0.0, high=1.0,
+                  open_low=True, open_high=True)
+    fields.choice(config, "episodes.reward", episodes.EPISODE_REWARDS)
+    fields.choice(config, "episodes.truncated", episodes.TRUNCATED)
+
+  def seed_splits(self, config: Any, data_dir: str) -> tuple[dict, dict]:
+    """BFCL's multi-turn entries of config.data.categories split into seeds
+    and a held-out set (`data.bfcl_splits`); `data_dir` is unused."""
+    del data_dir
+    from genenv_jax.domains.bfcl_multi_turn import data  # pylint: disable=import-outside-toplevel
+    splits = data.bfcl_splits(
+        self, tuple(config.data.categories), config.data.test_fraction,
+        config.data.seed, config.data.max_seed_turns, config.task.data_dir)
+    for name, split in splits.items():
+      if not len(split.rows):
+        raise ValueError(f"BFCL multi-turn: no {name} entry fits the domain's widths "
+                         f"({split.num_dropped} dropped; widen config.task's widths "
+                         "or lower config.data.max_seed_turns).")
+      logging.info("BFCL multi-turn seeds: %d %s entries, %d dropped.",
+                   len(split.rows), name, split.num_dropped)
+    return tuple({"task": splits[name].rows, "difficulty": splits[name].difficulty}
+                 for name in ("train", "test"))
 
   @property
   def stop_ids(self) -> tuple[int, ...]:

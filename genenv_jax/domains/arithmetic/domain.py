@@ -28,7 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from genenv_jax.tasks.base import (ParsedTasks, TaskDomain, check_rows,
+from genenv_jax import config_fields as fields
+from genenv_jax.domains.base import (ParsedTasks, TaskDomain, check_rows,
                                    generation_rows)
 
 PAD = 0
@@ -108,6 +109,23 @@ class ArithmeticDomain(TaskDomain):
         reward=str(config.reward),
         pad_operands=bool(config.pad_operands),
     )
+
+  @staticmethod
+  def check_config(config: Any) -> None:
+    fields.integer(config, "task.max_digits", low=1, high=MAX_SUPPORTED_DIGITS)
+    fields.choice(config, "task.reward", REWARDS)
+    fields.integer(config, "data.num_train", low=1)
+    fields.integer(config, "data.num_test_per_level", low=1)
+    fields.level_weights(config, "task.max_digits")
+
+  def seed_splits(self, config: Any, data_dir: str) -> tuple[dict, dict]:
+    """Additions at every level (`data.arithmetic_splits`), prepared by the
+    ArithmeticTasks tensorflow-datasets builder in `data_dir`."""
+    # Imported here: the data module imports this one.
+    from genenv_jax.domains.arithmetic import data  # pylint: disable=import-outside-toplevel
+    builder_config = data.builder_config_from(config)
+    return (data.load_split(builder_config, "train", data_dir),
+            data.load_split(builder_config, "test", data_dir))
 
   @property
   def task_len(self) -> int:

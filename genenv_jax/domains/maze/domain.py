@@ -47,9 +47,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from genenv_jax import config_fields as fields
 from genenv_jax import episodes as episodes_lib
 from genenv_jax.envs.base import Environment, EnvStep
-from genenv_jax.tasks.base import (RATE_BUCKETS, ParsedTasks, TaskDomain,
+from genenv_jax.domains.base import (RATE_BUCKETS, ParsedTasks, TaskDomain,
                                    success_buckets)
 
 PAD, BOS, EOS = 0, 1, 2
@@ -203,6 +204,38 @@ class MazeDomain(TaskDomain):
     return cls(size=int(config.size), max_turns=int(config.max_turns),
                level_width=int(config.level_width), levels=int(config.levels),
                summary_signals=bool(config.summary_signals))
+
+  @staticmethod
+  def check_config(config: Any) -> None:
+    fields.integer(config, "task.size", low=2, high=16)
+    fields.integer(config, "task.level_width", low=1)
+    fields.integer(config, "task.levels", low=1)
+    fields.integer(config, "task.max_turns",
+                   low=config.task.level_width * config.task.levels)
+    fields.boolean(config, "task.summary_signals")
+    fields.integer(config, "data.num_train", low=1)
+    fields.integer(config, "data.num_test_per_level", low=1)
+    fields.choice(config, "episodes.reward", episodes_lib.EPISODE_REWARDS)
+    fields.choice(config, "episodes.truncated", episodes_lib.TRUNCATED)
+    fields.integer(config, "eval.samples", low=0)
+    fields.level_weights(config, "task.levels")
+
+  def seed_splits(self, config: Any, data_dir: str) -> tuple[dict, dict]:
+    """Random grids in equal shares per level (`data.maze_splits`); nothing
+    is downloaded, `data_dir` is unused."""
+    del data_dir
+    from genenv_jax.domains.maze import data  # pylint: disable=import-outside-toplevel
+    return data.maze_splits(self, config.data.seed, config.data.num_train,
+                            config.data.num_test_per_level)
+
+  edits_seeds = True
+
+  def edit_variations(self, seed_rows: np.ndarray, wanted: np.ndarray,
+                      rng: np.random.Generator) -> np.ndarray:
+    """Each seed with one to three cells changed towards its wanted level
+    (`data.edited_variations`)."""
+    from genenv_jax.domains.maze import data  # pylint: disable=import-outside-toplevel
+    return data.edited_variations(self, seed_rows, wanted, rng)
 
   @property
   def longest_path(self) -> int:

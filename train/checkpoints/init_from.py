@@ -17,9 +17,10 @@ import ml_collections
 import orbax.checkpoint as ocp
 
 from configs import flatten
-from train import checkpointing
-from train import metrics_log
-from train import state_checkpoint
+from train.checkpoints import checkpointing
+from train.outputs import metrics_log
+from train.checkpoints import state_checkpoint
+from train.checkpoints import workdir as workdir_lib
 
 # Config fields (dotted prefixes) that shape a run's step-0 state: the seed
 # data, both players' architectures, the warm-start, and the pools' shapes
@@ -40,12 +41,6 @@ _NOT_COMPARED = ("warmstart.init_from", "data.tfds_dir", "task.reward",
 _SIMULATOR_START = "warmstart.simulator_start"
 _START_FIELDS = ("warmstart.simulator_start_steps",
                  "warmstart.simulator_start_offsets.")
-# Step-0 fields added to the config after runs were made, each with the value
-# a run whose config.json lacks it ran with.
-ADDED_FIELDS = {"task.pad_operands": False,
-                "warmstart.simulator_lessons": "drawn"}
-
-
 def _step0_fields(flat: dict[str, Any]) -> dict[str, Any]:
   return {k: v for k, v in flat.items()
           if k not in _NOT_COMPARED
@@ -57,14 +52,14 @@ def step0_conflicts(config: ml_collections.ConfigDict,
                     source: epath.Path) -> list[str]:
   """Step-0 fields on which source/config.json and `config` disagree, each
   as "field: source value != this run's value"."""
-  config_file = source / "config.json"
-  if not config_file.exists():
+  saved = workdir_lib.read_saved_config(str(source))
+  if saved is None:
     raise FileNotFoundError(
-        f"config.warmstart.init_from={str(source)!r}: no {config_file} (not "
-        "a run directory).")
-  theirs = _step0_fields(flatten(json.loads(config_file.read_text())))
+        f"config.warmstart.init_from={str(source)!r}: no "
+        f"{source / workdir_lib.CONFIG_FILE} (not a run directory).")
+  theirs = _step0_fields(flatten(saved))
   ours = _step0_fields(flatten(json.loads(config.to_json_best_effort())))
-  for field, value in ADDED_FIELDS.items():
+  for field, value in workdir_lib.ADDED_FIELDS.items():
     if field in ours:
       theirs.setdefault(field, value)
   their_start, our_start = _starts(source, config)
@@ -88,7 +83,7 @@ def _starts(source: epath.Path, config: ml_collections.ConfigDict
             ) -> tuple[str, str]:
   """(the source's, this run's) config.warmstart.simulator_start; "matched"
   for a source run made before the field."""
-  theirs = json.loads((source / "config.json").read_text())
+  theirs = workdir_lib.read_saved_config(str(source)) or {}
   return (theirs.get("warmstart", {}).get("simulator_start", "matched"),
           config.warmstart.simulator_start)
 

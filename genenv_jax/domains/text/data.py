@@ -47,10 +47,10 @@ from typing import Any, NamedTuple, Sequence
 import jax
 import numpy as np
 
+from genenv_jax.domains import base
+from genenv_jax.domains.text import verifiers as text_verifiers
+from genenv_jax.domains.text.domain import TextDomain
 from genenv_jax.scoring import InputError, read_jsonl, read_jsonl_lines
-from genenv_jax.tasks import text_verifiers
-from genenv_jax.tasks.text import TextDomain
-from train import datasets
 
 FORMATS = ("prompt_answer", "bfcl")
 JSON_SUFFIXES = (".jsonl", ".json")
@@ -299,7 +299,7 @@ def load_split(config: TextTasksConfig, split: str, data_dir: str) -> list[TextR
 
   builder = text_tasks_builder().for_config(config, data_dir=data_dir)
   tfds.disable_progress_bar()
-  with datasets.library_console():
+  with base.library_console():
     builder.download_and_prepare()
   if split not in builder.info.splits:
     raise ValueError(f"split {split!r} not in {builder.name}: {sorted(builder.info.splits)}")

@@ -62,12 +62,14 @@ import json
 import os
 from typing import Any, NamedTuple, Sequence
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from genenv_jax.tasks import text_verifiers
-from genenv_jax.tasks.base import (RATE_BUCKETS, ParsedTasks, TaskDomain,
+from genenv_jax import config_fields as fields
+from genenv_jax.domains.text import verifiers as text_verifiers
+from genenv_jax.domains.base import (RATE_BUCKETS, ParsedTasks, TaskDomain,
                                    check_rows, generation_rows,
                                    success_buckets)
 
@@ -395,6 +397,38 @@ class TextDomain(TaskDomain):
   def from_config(cls, config: Any) -> TextDomain:
     """Builds the domain from `config.task` (`from_task_config`)."""
     return from_task_config(cls, config, "the text domain")
+
+  @staticmethod
+  def check_config(config: Any) -> None:
+    fields.choice(config, "task.verifier", text_verifiers.VERIFIERS)
+    for field in ("max_task_tokens", "max_answer_tokens", "max_written_tokens",
+                  "max_difficulty"):
+      fields.integer(config, f"task.{field}", low=1)
+    from genenv_jax.domains.text import data  # pylint: disable=import-outside-toplevel
+    fields.choice(config, "data.format", data.FORMATS)
+    fields.number(config, "data.test_fraction", low=0.0, high=1.0,
+                  open_high=True)
+
+  def seed_splits(self, config: Any, data_dir: str) -> tuple[dict, dict]:
+    """The records of config.data.source_dir (JSONL, parquet or BFCL files;
+    `data.load_seed_rows`) that fit the domain's widths, prepared by the
+    TextTasks tensorflow-datasets builder in `data_dir`."""
+    # Imported here: the data module imports this one.
+    from genenv_jax.domains.text import data  # pylint: disable=import-outside-toplevel
+    splits = data.load_seed_rows(config, self, data_dir)
+    for name, split in splits.items():
+      if not len(split.rows):
+        raise ValueError(
+            f"config.data.source_dir={config.data.source_dir!r}: no {name} "
+            f"record fits the text domain's widths ({split.num_dropped} "
+            "dropped).")
+      if split.num_dropped:
+        logging.warning("Seed data: %d %s records dropped (too long for the "
+                        "domain's widths or not parseable).",
+                        split.num_dropped, name)
+    return tuple({"task": splits[name].rows,
+                  "difficulty": splits[name].difficulty}
+                 for name in ("train", "test"))
 
   checkpoint_stop_ids: tuple[int, ...] = ()
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from genenv_jax.tasks import maze
+from genenv_jax.domains.maze import domain as maze
 
 _BATCH = 4096
 

@@ -1,7 +1,7 @@
 """Seed task data as tensorflow-datasets builders.
 
 Each data source is a plain frozen dataclass config (importable without TensorFlow)
-plus a `tfds.core.GeneratorBasedBuilder` made on first use, so `import train.datasets`
+plus a `tfds.core.GeneratorBasedBuilder` made on first use, so `import genenv_jax.domains.arithmetic.data`
 stays cheap. `load_split` prepares any of them into a data directory and returns a
 split as numpy arrays; a new source (for example local JSONL or parquet text tasks)
 is one more config class, one more builder factory, one entry in `_BUILDER_FACTORIES`
@@ -25,16 +25,14 @@ Example (`data_dir` receives the prepared files):
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import io
 from typing import Any, Callable
 
-from absl import logging as absl_logging
 import numpy as np
 
-from genenv_jax.tasks.arithmetic import ArithmeticDomain
+from genenv_jax.domains import base
+from genenv_jax.domains.arithmetic.domain import ArithmeticDomain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,15 +234,6 @@ def make_builder(name_or_config: str | Any, data_dir: str):
   return tfds.builder(name_or_config, data_dir=data_dir)
 
 
-def library_console():
-  """A context in which the libraries' console prints (tensorflow-datasets
-  prints its preparation lines) are dropped, unless absl logs at INFO
-  (`train.main --library_logs`)."""
-  if absl_logging.get_verbosity() >= absl_logging.INFO:
-    return contextlib.nullcontext()
-  return contextlib.redirect_stdout(io.StringIO())
-
-
 def load_split(name_or_config: str | Any, split: str, data_dir: str) -> dict[str, np.ndarray]:
   """Prepares the dataset in `data_dir` if needed and returns one whole split as numpy arrays.
 
@@ -256,7 +245,7 @@ def load_split(name_or_config: str | Any, split: str, data_dir: str) -> dict[str
 
   builder = make_builder(name_or_config, data_dir)
   tfds.disable_progress_bar()
-  with library_console():
+  with base.library_console():
     builder.download_and_prepare()
   if split not in builder.info.splits:
     raise ValueError(f"split {split!r} not in {builder.name}: {sorted(builder.info.splits)}")

@@ -1,6 +1,6 @@
 """Seed and held-out tasks of the BFCL multi-turn domain, from the bfcl_eval wheel.
 
-  python -m train.bfcl_multi_turn_data --config=configs/text.py:bfcl_multi_turn \
+  python -m genenv_jax.domains.bfcl_multi_turn.data --config=configs/text.py:bfcl_multi_turn \
       --config.task.tokenizer_dir=DIR   # split sizes, drops, levels
 
 Each entry of the chosen categories (`multi_turn_base`, `multi_turn_miss_param`)
@@ -28,7 +28,7 @@ from genenv_jax.scoring import InputError
 from genenv_jax.scoring import bfcl_multi_turn as mt
 from genenv_jax.scoring import bfcl_prompt
 from genenv_jax.scoring import bfcl_variations as bv
-from genenv_jax.tasks.bfcl_multi_turn import BfclMultiTurnDomain
+from genenv_jax.domains.bfcl_multi_turn.domain import BfclMultiTurnDomain
 
 CATEGORIES = ("multi_turn_base", "multi_turn_miss_param")
 
@@ -101,7 +101,7 @@ def main(argv) -> None:
   widths and its data section)."""
   del argv
   from absl import flags  # pylint: disable=import-outside-toplevel
-  from genenv_jax.tasks import get_domain  # pylint: disable=import-outside-toplevel
+  from genenv_jax.domains import get_domain  # pylint: disable=import-outside-toplevel
   config = flags.FLAGS.config
   splits = bfcl_splits(get_domain(config.task), tuple(config.data.categories),
                        config.data.test_fraction, config.data.seed,

@@ -129,7 +129,7 @@ def use_project_settings(environ: MutableMapping[str, str] = os.environ
 
 
 if __name__ == "__main__":
-  # `python -m train.cpu_flags N`: the XLA_FLAGS each of N processes on this
+  # `python -m train.runtime.cpu_flags N`: the XLA_FLAGS each of N processes on this
   # machine runs with (launch/multiprocess.sh).
   import sys  # pylint: disable=g-import-not-at-top
   print(flags_per_process(int(sys.argv[1])))

@@ -47,7 +47,7 @@ def param_shardings(params, mesh, name: str):
       raise ValueError(
           f"{name}/{_path_name(path)}: {s!r} is not a NamedSharding on the "
           f"mesh {dict(mesh.shape)}; place the parameters on the mesh first "
-          "(loop.init_player_params).")
+          "(build.init_player_params).")
     return s
   return jax.tree_util.tree_map_with_path(one, params)
 
@@ -71,7 +71,7 @@ def opt_state_shardings(optimizer, opt_state, shardings, mesh, name: str):
     raise ValueError(
         f"{name}/opt_state/{_path_name(path)}: shape {tuple(x.shape)} is "
         "neither shaped like a parameter nor a scalar; give it a sharding "
-        "in train/state_layout.py.")
+        "in train/checkpoints/state_layout.py.")
   return jax.tree_util.tree_map_with_path(
       one, mapped, opt_state, is_leaf=lambda x: x is marker)
 

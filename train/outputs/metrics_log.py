@@ -19,7 +19,7 @@ from etils import epath
 import jax
 import jax.numpy as jnp
 
-from train import checkpointing
+from train.checkpoints import checkpointing
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -37,7 +37,7 @@ def _add(total, metrics):
 class StepMetricsWindow:
   """The exact mean of each step metric over the steps since the last log.
 
-  Each step's metrics are `coevolve.ratio`s, f32[2] (sum, count) device
+  Each step's metrics are `step_metrics.ratio`s, f32[2] (sum, count) device
   arrays; the window adds them on the device, so the host does not wait for a
   step to finish to record it, and `mean` fetches the totals once per log and
   divides once: sum of sums over sum of counts. Names starting with a

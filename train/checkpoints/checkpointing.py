@@ -32,7 +32,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
 from train import heldout
-from train import object_store
+from train.checkpoints import object_store
 
 CHECKSUM_FILE = "checksums.json"
 REJECTED_DIR = "checkpoints_rejected"

@@ -26,8 +26,8 @@ from absl import logging
 import ml_collections
 
 from configs import flatten
-from train import checkpointing
-from train import object_store
+from train.checkpoints import checkpointing
+from train.checkpoints import object_store
 
 LOCK_FILE = "LOCK"
 CONFIG_FILE = "config.json"
@@ -51,7 +51,8 @@ ADDED_FIELDS = {"task.pad_operands": False,
                 "pool.learnability_floor": 0.01,
                 "grpo.pg_normalizer": "all",
                 "simulator_update.pg_normalize_std": True,
-                "simulator_update.pg_normalizer": "all"}
+                "simulator_update.pg_normalizer": "all",
+                "warmstart.simulator_lessons": "drawn"}
 
 
 def _resumable(field: str) -> bool:
@@ -75,17 +76,39 @@ def config_conflicts(config: ml_collections.ConfigDict,
           if not _resumable(k) and norm(theirs.get(k)) != norm(ours.get(k))]
 
 
-def check_config(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """Raises ValueError naming every field on which `config` differs from
-  the workdir's config.json (if there is one) outside RESUMABLE_FIELDS."""
+def read_saved_config(workdir: str) -> dict[str, Any] | None:
+  """The config a run in `workdir` (a local path or gs:// URI) was started
+  with, as parsed from its config.json; None when the workdir has none.
+  Raises ValueError naming the file when it is not valid JSON."""
   path = checkpointing.workdir_path(workdir) / CONFIG_FILE
   if not path.exists():
-    return
+    return None
   try:
-    saved = json.loads(path.read_text())
+    return json.loads(path.read_text())
   except ValueError as e:
     raise ValueError(f"{path} is not valid JSON ({e}); it records the run in "
                      "this workdir. Restore it or use another workdir.") from e
+
+
+def read_run_config(workdir: str) -> ml_collections.ConfigDict:
+  """The config of the run in `workdir` (`read_saved_config`) as a
+  ConfigDict; raises FileNotFoundError when it has no config.json (not a
+  run directory)."""
+  saved = read_saved_config(workdir)
+  if saved is None:
+    raise FileNotFoundError(
+        f"{checkpointing.workdir_path(workdir) / CONFIG_FILE} does not exist: "
+        f"{workdir} is not a training run's workdir.")
+  return ml_collections.ConfigDict(saved)
+
+
+def check_config(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Raises ValueError naming every field on which `config` differs from
+  the workdir's config.json (if there is one) outside RESUMABLE_FIELDS."""
+  saved = read_saved_config(workdir)
+  if saved is None:
+    return
+  path = checkpointing.workdir_path(workdir) / CONFIG_FILE
   conflicts = config_conflicts(config, saved)
   if conflicts:
     raise ValueError(

@@ -4,7 +4,7 @@
       --out DIR [--dtype bfloat16|float32]
 
 Reads the run's config.json (the player's architecture: its `hf_dir`, or its
-preset with the task domain's vocabulary, as `loop.build_players` makes it),
+preset with the task domain's vocabulary, as `build.build_players` makes it),
 restores from `checkpoints/` only that player's parameters (an orbax partial
 restore: neither the other player, the optimiser states, the references nor
 the pools are read), and writes sharded safetensors with their index,
@@ -17,47 +17,20 @@ or cloud URIs such as gs://bucket/run (etils.epath).
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 
 from etils import epath
 import jax
-import ml_collections
-import numpy as np
-import orbax.checkpoint as ocp
 
-from genenv_jax.tasks import get_domain
+from genenv_jax.domains import get_domain
 from models import decoder
 from models import hf
-from train import checkpointing
-from train import loop
+from train import build
+from train.checkpoints import state_checkpoint
+from train.checkpoints import workdir as workdir_lib
 
 PLAYERS = ("agent", "simulator")
-# The item under which train.loop's CheckpointManager saves the state.
-_STATE_ITEM = "default"
-
-
-def read_run_config(run: str) -> ml_collections.ConfigDict:
-  """The config a run was started with (`<run>/config.json`)."""
-  path = checkpointing.workdir_path(run) / "config.json"
-  if not path.exists():
-    raise FileNotFoundError(f"--run {run}: no {path} (not a run directory).")
-  return ml_collections.ConfigDict(json.loads(path.read_text()))
-
-
-def _checkpoint_step(run: str, step: int | None) -> tuple[int, epath.Path]:
-  """(step, the directory of its saved state); step None: the latest."""
-  path = checkpointing.workdir_path(run) / "checkpoints"
-  manager = ocp.CheckpointManager(
-      path, options=ocp.CheckpointManagerOptions(read_only=True))
-  steps = sorted(manager.all_steps())
-  if step is None and steps:
-    step = steps[-1]
-  if step not in steps:
-    raise FileNotFoundError(f"--run {run}: {path} has no checkpoint of step "
-                            f"{step}; it holds steps {steps}.")
-  return step, path / str(step) / _STATE_ITEM
 
 
 def restore_player_params(run: str, player: str, step: int | None = None):
@@ -65,21 +38,8 @@ def restore_player_params(run: str, player: str, step: int | None = None):
   subtree `<player>.params` of the checkpointed CoevolveState."""
   if player not in PLAYERS:
     raise ValueError(f"--player {player!r}: expected one of {PLAYERS}.")
-  step, item = _checkpoint_step(run, step)
-  checkpointer = ocp.PyTreeCheckpointer()
-  metadata = checkpointer.metadata(item)
-  tree = getattr(metadata, "item_metadata", metadata)
-  tree = getattr(tree, "tree", tree)
-  abstract = jax.tree.map(
-      lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype),
-      tree[player]["params"])
-  target = {player: {"params": abstract}}
-  restored = checkpointer.restore(item, args=ocp.args.PyTreeRestore(
-      item=target,
-      restore_args=jax.tree.map(
-          lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target),
-      partial_restore=True))
-  return step, restored[player]["params"]
+  step, parts = state_checkpoint.read_parts(run, step, [f"{player}.params"])
+  return step, parts[f"{player}.params"]
 
 
 def _check_shapes(params, model_config, where: str) -> None:
@@ -102,10 +62,10 @@ def export_player(run: str, player: str, out: str, step: int | None = None,
                   dtype: str = "bfloat16",
                   max_shard_bytes: int = hf.MAX_SHARD_BYTES) -> dict:
   """Writes the HF directory (see module doc). Returns a summary dict."""
-  config = read_run_config(run)
+  config = workdir_lib.read_run_config(run)
   domain = get_domain(config.task)
   player_cfg = config[player]
-  model_config = getattr(loop.build_players(config, domain),
+  model_config = getattr(build.build_players(config, domain),
                          f"{player}_model")
   step, params = restore_player_params(run, player, step)
   _check_shapes(params, model_config, f"--run {run} --player {player}")

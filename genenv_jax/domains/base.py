@@ -17,8 +17,11 @@ never crashes or produces NaN on malformed generations: those are flagged invali
 from __future__ import annotations
 
 import abc
+import contextlib
+import io
 from typing import Any, NamedTuple
 
+from absl import logging as absl_logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,6 +53,15 @@ def success_buckets(success_rate: jax.Array | None, num_rows: int
   known = (rate >= 0) & (rate <= 1)  # false for NaN
   return jnp.where(known, jnp.round(jnp.where(known, rate, 0) * 10),
                    unknown).astype(jnp.int32)
+
+
+def library_console():
+  """A context in which the libraries' console prints (tensorflow-datasets
+  prints its preparation lines) are dropped, unless absl logs at INFO
+  (`train.main --library_logs`)."""
+  if absl_logging.get_verbosity() >= absl_logging.INFO:
+    return contextlib.nullcontext()
+  return contextlib.redirect_stdout(io.StringIO())
 
 
 def generation_rows(simulator_tokens, simulator_mask, task_len: int
@@ -150,10 +162,39 @@ class TaskDomain(abc.ABC):
     return jnp.where(mask & jnp.isin(tokens, jnp.asarray(extra)), self.eos_id,
                      tokens)
 
+  # Whether `edit_variations` exists: the warm-start's "edited" lessons.
+  edits_seeds: bool = False
+
   @classmethod
   @abc.abstractmethod
   def from_config(cls, config: Any) -> TaskDomain:
     """Builds the domain from its config section (`config.task`)."""
+
+  @staticmethod
+  @abc.abstractmethod
+  def check_config(config: Any) -> None:
+    """Checks the run config's fields this domain reads (config.task.*,
+    config.data.*, and any other section it constrains) before anything is
+    built; raises ValueError naming the first bad field
+    (genenv_jax.config_fields)."""
+
+  @abc.abstractmethod
+  def seed_splits(self, config: Any, data_dir: str) -> tuple[dict, dict]:
+    """The seed data (host side): (train, test) splits, each
+    {"task": int32[n, task_len] written-task rows, "difficulty": int32[n]}.
+    The train split seeds D_train and the warm-start; the test split is the
+    held-out evaluation set and is never trained on. `data_dir` is where a
+    tensorflow-datasets builder prepares its files. Deterministic in
+    config.data.seed; raises ValueError naming the source when a split is
+    empty."""
+
+  def edit_variations(self, seed_rows: np.ndarray, wanted: np.ndarray,
+                      rng: np.random.Generator) -> np.ndarray:
+    """Host side, for domains with `edits_seeds`: int32[n, task_len]
+    variations of seed_rows int32[n, task_len], each edited towards the level
+    wanted int[n]: the targets of the warm-start's "edited" lessons."""
+    raise NotImplementedError(
+        f"{type(self).__name__} does not edit seeds (edits_seeds is False).")
 
   @abc.abstractmethod
   def simulator_prompt(

@@ -1,7 +1,7 @@
 """A run's report: PNG plots of the co-evolution dynamics and summary.json.
 
 Reads only workdir/metrics.jsonl, so it can be regenerated at any time:
-  python -m train.run_report --workdir=runs/default
+  python -m train.outputs.run_report --workdir=runs/default
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from etils import epath
 import numpy as np
 
 from train import heldout
-from train import metrics_log
+from train.checkpoints import workdir as workdir_lib
+from train.outputs import metrics_log
 
 
 def _series(records, name):
@@ -121,7 +122,7 @@ def frontier_line(summary: dict) -> str:
   return line
 
 
-# Step metrics are logged as means over each log window (train/metrics_log.py).
+# Step metrics are logged as means over each log window (train/outputs/metrics_log.py).
 _STEP_AXIS = "co-evolution step (points: means over log windows)"
 
 
@@ -243,12 +244,10 @@ def write_report(workdir: str, config) -> dict:
 
 def main():
   import argparse
-  import ml_collections
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument("--workdir", required=True)
   workdir = parser.parse_args().workdir
-  config = ml_collections.ConfigDict(json.loads(
-      (epath.Path(workdir) / "config.json").read_text()))
+  config = workdir_lib.read_run_config(workdir)
   print(json.dumps(write_report(workdir, config), indent=2))
 
 

@@ -1,0 +1,1 @@
+"""Additions: the arithmetic domain (domain.py) and its seed data (data.py)."""

@@ -1,0 +1,150 @@
+"""What a run is made of, built from its config: the players (model configs and
+optimisers), their parameters on the mesh, the seed data, D_train's base rows and
+the CoevolveState. The driver (train/loop.py) and the tools that read or rebuild a
+run (train/tools/, train/bench/, train/checkpoints/export.py) build it here.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import flax.linen as nn
+import jax
+import numpy as np
+import optax
+
+from genenv_jax import coevolve
+from genenv_jax import scripted
+from genenv_jax import sharding
+from models import decoder
+from models import hf
+from models.config import get_preset
+from train.checkpoints import checkpointing
+from train.checkpoints import state_layout
+
+
+def _optimizer(player_cfg) -> optax.GradientTransformation:
+  return optax.chain(
+      optax.clip_by_global_norm(player_cfg.grad_clip),
+      optax.adamw(player_cfg.learning_rate, b1=player_cfg.b1,
+                  b2=player_cfg.b2, weight_decay=player_cfg.weight_decay))
+
+
+def build_players(config, domain) -> coevolve.Players:
+  """Model configs and optimisers of both players.
+
+  A player whose config names an `hf_dir` takes its architecture from that HF
+  directory's config.json (model_overrides may only change how it computes:
+  dtypes, remat, scan); otherwise it is the `model` preset with the domain's
+  vocabulary.
+  """
+  def model(player_cfg):
+    overrides = dict(player_cfg.model_overrides)
+    hf_dir = player_cfg.get("hf_dir", "")
+    if hf_dir:
+      model_config = hf.config_from_hf(hf.read_hf_config(hf_dir)).replace(
+          **overrides)
+      if model_config.vocab_size < domain.vocab_size:
+        raise ValueError(
+            f"{hf_dir}: the model's vocab_size {model_config.vocab_size} is "
+            f"smaller than the task domain's {domain.vocab_size}.")
+      return model_config
+    overrides.setdefault("vocab_size", domain.vocab_size)
+    return get_preset(player_cfg.model, **overrides)
+  return coevolve.Players(agent_model=model(config.agent),
+                          simulator_model=model(config.simulator),
+                          agent_opt=_optimizer(config.agent),
+                          simulator_opt=_optimizer(config.simulator))
+
+
+def init_player_params(model_config, key, mesh, rules, hf_dir: str = ""):
+  """A player's parameters laid out per `rules`: random from `key`, or the
+  weights of the HF directory `hf_dir` when given."""
+  init = functools.partial(decoder.init_boxed, model_config)
+  if not hf_dir:
+    params, _ = sharding.sharded_init(init, mesh, rules, key)
+    return params
+  weights, _ = hf.load_hf_params(hf_dir, model_config)
+  shardings = nn.unbox(sharding.shardings_from_boxed(
+      jax.eval_shape(init, key), mesh, rules))
+  return jax.tree.map(
+      lambda w, s: jax.make_array_from_callback(w.shape, s, lambda i: w[i]),
+      weights, shardings)
+
+
+def create_state(config, domain, players, agent_params, simulator_params,
+                 base_rows, base_difficulty, mesh):
+  """Assembles a CoevolveState, placed on the mesh. Returns (state, shardings).
+
+  The current parameters also become the references: the agent's GRPO
+  reference and the simulator's initial model. Every leaf's sharding is
+  derived from the parameters' (train/checkpoints/state_layout.py).
+  """
+  copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)
+  host = state_layout.host_parts(config, domain, base_rows, base_difficulty)
+  unplaced = coevolve.CoevolveState(
+      agent=coevolve.PlayerState(
+          params=agent_params,
+          opt_state=jax.eval_shape(players.agent_opt.init, agent_params),
+          ref_params=agent_params),
+      simulator=coevolve.PlayerState(
+          params=simulator_params,
+          opt_state=jax.eval_shape(players.simulator_opt.init,
+                                   simulator_params),
+          ref_params=simulator_params),
+      **host)
+  shardings = state_layout.state_shardings(players, unplaced, mesh)
+  everywhere = lambda tree, s: jax.tree.map(sharding.from_host, tree, s)
+  state = coevolve.CoevolveState(
+      agent=coevolve.PlayerState(
+          params=agent_params,
+          opt_state=jax.jit(players.agent_opt.init, out_shardings=(
+              shardings.agent.opt_state))(agent_params),
+          ref_params=copy(agent_params)),
+      simulator=coevolve.PlayerState(
+          params=simulator_params,
+          opt_state=jax.jit(players.simulator_opt.init, out_shardings=(
+              shardings.simulator.opt_state))(simulator_params),
+          ref_params=copy(simulator_params)),
+      pool=everywhere(host["pool"], shardings.pool),
+      generation_pool=everywhere(host["generation_pool"],
+                                 shardings.generation_pool),
+      rng=sharding.from_host(host["rng"], shardings.rng),
+      step=sharding.from_host(host["step"], shardings.step),
+      level_success=sharding.from_host(host["level_success"],
+                                       shardings.level_success))
+  return state, shardings
+
+
+def seed_data(config, domain, workdir: str) -> tuple[dict, dict]:
+  """The domain's seed data (`TaskDomain.seed_splits`), tensorflow-datasets
+  builders preparing theirs in config.data.tfds_dir, else <workdir>/tfds."""
+  data_dir = (config.data.tfds_dir
+              or str(checkpointing.workdir_path(workdir) / "tfds"))
+  return domain.seed_splits(config, data_dir)
+
+
+def base_row_indices(config, train_difficulty: np.ndarray) -> np.ndarray:
+  """int64[Nb]: the seed train split's rows that become D_train's base data
+  (up to config.pool.num_base of those at levels up to
+  config.pool.base_max_difficulty), in their order in the pool.
+
+  Args:
+    train_difficulty: int[n] the train split's difficulty per row.
+  """
+  easy = np.flatnonzero(train_difficulty <= config.pool.base_max_difficulty)
+  return np.random.default_rng(config.data.seed).permutation(easy)[
+      :config.pool.num_base]
+
+
+def scripted_level_bank(config, domain, train: dict
+                        ) -> scripted.LevelBank | None:
+  """The level bank scripted generation draws from (genenv_jax/scripted.py),
+  from the seed train split {"task", "difficulty"}; None for the other
+  generation modes."""
+  if config.coevolve.generation not in scripted.SCRIPTED_GENERATIONS:
+    return None
+  return scripted.level_bank(train["task"], train["difficulty"],
+                             domain.max_difficulty,
+                             config.coevolve.scripted_bank_per_level,
+                             config.data.seed)

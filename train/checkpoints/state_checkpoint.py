@@ -1,0 +1,144 @@
+"""The co-evolution state in checkpoints without the frozen references.
+
+Both references are the players' step-0 parameters (the agent's GRPO
+reference and the simulator's initial model never change), and the step-0
+checkpoint is kept for good (checkpointing.Checkpoints). So every checkpoint
+is written without `ref_params` (`without_references`), and a restore reads them back as the
+parameters of the step-0 checkpoint: each step's checkpoint holds the two
+trained players, their optimiser states and the pools, not two more copies of
+the weights.
+
+It is also the one reader of a run's checkpoints apart from the run
+(`read_parts`): the tools, the export and the tests read the subtrees they
+need, on the host, from a local or gs:// workdir.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from etils import epath
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from genenv_jax import coevolve
+from train.checkpoints import checkpointing
+
+# The item under which the run's CheckpointManager saves the state.
+STATE_ITEM = "default"
+
+
+def _partial_restore(item: epath.Path, wanted: dict, restore_args: Any
+                     ) -> dict:
+  """The subtrees `wanted` (a nested dict of the state's fields, leaves
+  ShapeDtypeStructs) of the state saved in directory `item`, and nothing
+  else of it."""
+  return ocp.PyTreeCheckpointer().restore(item, args=ocp.args.PyTreeRestore(
+      item=wanted, restore_args=restore_args, partial_restore=True))
+
+
+def without_references(state: coevolve.CoevolveState) -> coevolve.CoevolveState:
+  """`state` (arrays or ShapeDtypeStructs) with both ref_params set to None."""
+  return state.replace(agent=state.agent.replace(ref_params=None),
+                       simulator=state.simulator.replace(ref_params=None))
+
+
+def restore(manager: ocp.CheckpointManager, step: int,
+            target: coevolve.CoevolveState) -> coevolve.CoevolveState:
+  """The state saved at `step`, laid out as `target` (ShapeDtypeStructs with
+  shardings), its references read from the step-0 checkpoint's parameters.
+
+  Raises FileNotFoundError when the step-0 checkpoint is gone.
+  """
+  if 0 not in manager.all_steps():
+    raise FileNotFoundError(
+        f"{manager.directory}: no step-0 checkpoint, which holds the frozen "
+        "references (the step-0 parameters) every later checkpoint needs.")
+  try:
+    state = manager.restore(
+        step, args=ocp.args.StandardRestore(without_references(target)))
+  except Exception as e:
+    raise RuntimeError(f"{manager.directory / str(step)}: the checkpoint could "
+                       f"not be restored: {type(e).__name__}: {e}") from e
+  wanted = {"agent": {"params": target.agent.ref_params},
+            "simulator": {"params": target.simulator.ref_params}}
+  try:
+    refs = _partial_restore(
+        manager.directory / "0" / STATE_ITEM, wanted,
+        ocp.checkpoint_utils.construct_restore_args(wanted))
+  except Exception as e:
+    raise RuntimeError(
+        f"{manager.directory / '0'}: the step-0 parameters (the frozen "
+        f"references) could not be restored: {type(e).__name__}: {e}") from e
+  return state.replace(
+      agent=state.agent.replace(ref_params=refs["agent"]["params"]),
+      simulator=state.simulator.replace(
+          ref_params=refs["simulator"]["params"]))
+
+
+def checkpoint_step(workdir: str, step: int | None) -> tuple[int, epath.Path]:
+  """(step, the directory of the state saved at `step`; None: the latest)
+  of the run in `workdir` (a local path or gs:// URI). Raises
+  FileNotFoundError naming the steps it holds."""
+  path = checkpointing.workdir_path(workdir) / "checkpoints"
+  steps = []
+  if path.exists():
+    manager = ocp.CheckpointManager(
+        path, options=ocp.CheckpointManagerOptions(read_only=True))
+    steps = sorted(manager.all_steps())
+  if step is None and steps:
+    step = steps[-1]
+  if step not in steps:
+    what = {0: "step-0 checkpoint (the warm-started players)",
+            None: "checkpoint"}.get(step, f"step-{step} checkpoint")
+    raise FileNotFoundError(
+        f"{path} has no {what}; it holds steps {steps}. Run train.main on "
+        "this workdir first.")
+  return step, path / str(step) / STATE_ITEM
+
+
+def read_parts(workdir: str, step: int | None, parts: Sequence[str]
+               ) -> tuple[int, dict[str, Any]]:
+  """(step, {part: its subtree as host numpy arrays}) of the state saved at
+  `step` (None: the latest) in `workdir`, reading only the named parts,
+  each a dotted path into the CoevolveState ("agent.params", "pool",
+  "generation_pool", "simulator.opt_state", ...): a player's weights are
+  read without the other player, the optimiser states or the pools.
+  Raises KeyError naming a part the checkpoint lacks."""
+  step, item = checkpoint_step(workdir, step)
+  metadata = ocp.PyTreeCheckpointer().metadata(item)
+  tree = getattr(metadata, "item_metadata", metadata)
+  tree = getattr(tree, "tree", tree)
+  wanted: dict = {}
+  for part in parts:
+    keys = part.split(".")
+    node, target = tree, wanted
+    for i, key in enumerate(keys):
+      if not isinstance(node, dict) or key not in node:
+        raise KeyError(f"{item}: the checkpoint has no {part!r} "
+                       f"({'.'.join(keys[:i + 1])} is missing).")
+      node = node[key]
+      if i < len(keys) - 1:
+        target = target.setdefault(key, {})
+    target[keys[-1]] = jax.tree.map(
+        lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), node)
+  restored = _partial_restore(item, wanted, jax.tree.map(
+      lambda _: ocp.RestoreArgs(restore_type=np.ndarray), wanted))
+  out = {}
+  for part in parts:
+    node = restored
+    for key in part.split("."):
+      node = node[key]
+    out[part] = node
+  return step, out
+
+
+def copy_references(state: coevolve.CoevolveState) -> coevolve.CoevolveState:
+  """A restored step-0 state (ref_params None) with its parameters copied as
+  the references."""
+  copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)
+  return state.replace(
+      agent=state.agent.replace(ref_params=copy(state.agent.params)),
+      simulator=state.simulator.replace(
+          ref_params=copy(state.simulator.params)))
