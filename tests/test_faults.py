@@ -8,10 +8,12 @@ compares them with it first checks that they are live.
 """
 
 import json
+import logging
 import os
 import shutil
 import socket
 import subprocess
+import time
 
 from etils import epath
 import jax
@@ -259,6 +261,41 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     assert json.loads(lock_file.read_text())["pid"] == os.getpid()
     with pytest.raises(workdir_lib.WorkdirLockedError):  # not twice
       workdir_lib.WorkdirLock(str(tmp_path)).__enter__()
+  assert not lock_file.exists()
+
+
+def test_lock_of_another_host_is_refused_while_its_lease_is_live_then_taken_over(
+    tmp_path, caplog):
+  lock_file = tmp_path / workdir_lib.LOCK_FILE
+  now = time.time()
+  lock_file.write_text(json.dumps({"pid": 7, "host": "lost-vm", "time": now,
+                                   "renewed": now - 50, "lease_s": 60.0}))
+  with pytest.raises(workdir_lib.WorkdirLockedError,
+                     match=r"process 7 on host 'lost-vm'.*lapses in 1\d s"):
+    workdir_lib.WorkdirLock(str(tmp_path)).__enter__()
+  # Its holder renewed it 61 s ago with a 60 s lease: gone, taken over.
+  lock_file.write_text(json.dumps({"pid": 7, "host": "lost-vm", "time": now,
+                                   "renewed": now - 61, "lease_s": 60.0}))
+  with caplog.at_level(logging.WARNING):
+    with workdir_lib.WorkdirLock(str(tmp_path)):
+      assert json.loads(lock_file.read_text())["pid"] == os.getpid()
+  assert "process 7 on host 'lost-vm', whose lease lapsed" in caplog.text
+  assert not lock_file.exists()
+
+
+def test_a_held_lock_is_renewed_so_its_lease_never_lapses(tmp_path):
+  lock_file = tmp_path / workdir_lib.LOCK_FILE
+  with workdir_lib.WorkdirLock(str(tmp_path), lease_s=0.6):
+    first = json.loads(lock_file.read_text())
+    time.sleep(1.5)  # 2.5 leases: lapsed, had it not been renewed
+    later = json.loads(lock_file.read_text())
+    assert later["renewed"] > first["renewed"] + 0.6
+    assert later["time"] == first["time"] and later["pid"] == os.getpid()
+    # Seen from another host, it is live.
+    other = workdir_lib.WorkdirLock(str(tmp_path), lease_s=0.6)
+    other.me = {"pid": 1, "host": "elsewhere"}
+    with pytest.raises(workdir_lib.WorkdirLockedError):
+      other.__enter__()
   assert not lock_file.exists()
 
 

@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 
 from etils.epath import gpath
 import jax
@@ -246,6 +247,33 @@ def test_the_lock_on_gcs_admits_exactly_one_of_racing_runs(gcs):
     assert json.loads((checkpointing.workdir_path(workdir)
                        / workdir_lib.LOCK_FILE).read_text())["pid"] == (
                            os.getpid())
+
+
+def test_the_lock_lease_on_gcs_is_renewed_and_a_lapsed_one_taken_over(gcs):
+  workdir = f"{gcs}/leased"
+  lock_file = checkpointing.workdir_path(workdir) / workdir_lib.LOCK_FILE
+  with workdir_lib.WorkdirLock(workdir, lease_s=0.9):
+    first = json.loads(lock_file.read_text())
+    time.sleep(2.0)  # over two leases: lapsed, had it not been renewed
+    later = json.loads(lock_file.read_text())
+    assert later["renewed"] > first["renewed"] + 0.9
+    other = workdir_lib.WorkdirLock(workdir)
+    other.me = {"pid": 1, "host": "elsewhere"}
+    with pytest.raises(workdir_lib.WorkdirLockedError,
+                       match=f"process {os.getpid()}.*lapses in"):
+      other.__enter__()
+  assert not lock_file.exists()
+  # A lost host's lock: refused while its lease runs, taken over after.
+  now = time.time()
+  lock_file.write_text(json.dumps({"pid": 3, "host": "lost-vm", "time": now,
+                                   "renewed": now, "lease_s": 60.0}))
+  with pytest.raises(workdir_lib.WorkdirLockedError, match="'lost-vm'"):
+    workdir_lib.WorkdirLock(workdir).__enter__()
+  lock_file.write_text(json.dumps({"pid": 3, "host": "lost-vm", "time": now,
+                                   "renewed": now - 61, "lease_s": 60.0}))
+  with workdir_lib.WorkdirLock(workdir):
+    assert json.loads(lock_file.read_text())["pid"] == os.getpid()
+  assert not lock_file.exists()
 
 
 def test_sweep_report_and_launcher_checks_and_hf_export_on_gcs(runs, gcs):
