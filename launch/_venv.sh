@@ -16,6 +16,7 @@ ensure_venv() {  # $1: requirements file
   if [[ ! -f "$stamp" ]] || ! cmp -s "$stamp" <(cat "$ROOT"/requirements*.txt); then
     echo "Installing $(basename "$req") into $VENV ..."
     "$VENV/bin/pip" install -q -r "$req"
+    "$VENV/bin/pip" install -q --no-deps -r "$ROOT/requirements-nodeps.txt"
     cat "$ROOT"/requirements*.txt > "$stamp"
   fi
   export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"

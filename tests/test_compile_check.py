@@ -74,7 +74,7 @@ def test_too_big_a_player_does_not_fit_a_v5litepod_8():
   """A 1-layer player 8192 wide with a 65536-wide MLP (1.6 B float32
   weights, 6.4 GB) replicated on every chip: warm-starting it (weights,
   AdamW's two moments, gradients) does not fit in 16 GiB; libtpu's refusal
-  is reported with the bytes it names and exit status 1."""
+  is reported with the bytes it names and exit status 3 (DOES_NOT_FIT)."""
   wide = ("--config.agent.model_overrides.hidden_size=8192",
           "--config.agent.model_overrides.intermediate_size=65536",
           "--config.agent.model_overrides.num_heads=64",
@@ -85,7 +85,7 @@ def test_too_big_a_player_does_not_fit_a_v5litepod_8():
        "--programs=warmstart_agent", "--phases=false", *wide],
       cwd=ROOT, capture_output=True, text=True, timeout=600,
       env=dict(os.environ, PYTHONPATH=ROOT))
-  assert result.returncode == 1, result.stdout + result.stderr[-3000:]
+  assert result.returncode == 3, result.stdout + result.stderr[-3000:]
   last = _last_line(result.stdout)
   assert last["fits"] == "false" and last["topology"] == "v5litepod-8"
   assert float(last["peak_gib"]) > float(last["hbm_gib"]) == 16.0

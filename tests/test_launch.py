@@ -55,7 +55,7 @@ def _gcloud_lines(stdout: str) -> list[list[str]]:
 def test_dry_run_prints_every_command():
   out = _launch(["--dry_run", *REQUIRED, "--hf_model=Qwen/Qwen2.5-7B-Instruct",
                  "--seed_data=gs://bucket/seeds", "--",
-                 "--config.coevolve.num_steps=400"])
+                 "--config.coevolve.num_steps=400"], XDG_CACHE_HOME="/cache")
   assert out.returncode == 0, out.stderr
   commands = _gcloud_lines(out.stdout)
   subcommands = [c[4] for c in commands]
@@ -77,10 +77,11 @@ def test_dry_run_prints_every_command():
           "$HOME/genenv-jax/requirements-tpu.txt") in install
   preflight = next(shlex.split(line) for line in out.stdout.splitlines()
                    if "train.bench.compile_check" in line)
-  assert preflight[2:] == ["-m", "train.bench.compile_check",
-                           "--config=configs/qwen_tpu.py:7b",
-                           "--topology=v4-64",
-                           "--config.coevolve.num_steps=400"]
+  assert preflight[2:] == [
+      "-m", "train.bench.compile_check", "--config=configs/qwen_tpu.py:7b",
+      "--topology=v4-64", "--config.task.tokenizer_dir="
+      "/cache/genenv_jax/tokenizers/Qwen--Qwen2.5-7B-Instruct",
+      "--config.coevolve.num_steps=400"]
   assert "hf download Qwen/Qwen2.5-7B-Instruct" in download
   assert "gs://bucket/seeds" in seeds
   train = shlex.split(start.split("nohup ", 1)[1].split(" > ", 1)[0])
@@ -174,6 +175,123 @@ def test_runs_the_commands_and_reuses_an_existing_slice(tmp_path, exists):
   assert "git clone --depth=1 --branch main https://example.com/genenv-jax.git" in clone
   assert "--workdir=gs://bucket/run1" in start and "--distributed=true" in start
   assert ("Reusing TPU VM genenv-7b" in out.stderr) == exists
+
+
+FAKE_PREFLIGHT_PYTHON = """#!/usr/bin/env bash
+# The preflight's interpreter: records its arguments, one per line, then a
+# separator line; the compile check exits with $FAKE_CHECK_STATUS.
+printf '%s\\n' "$@" '---' >> "$PYTHON_LOG"
+[[ "$2" != train.bench.compile_check ]] || exit "${FAKE_CHECK_STATUS:-0}"
+"""
+
+
+def _documented_launch() -> list[str]:
+  """The launch command of docs/tpu_pods.md, as its words."""
+  doc = (ROOT / "docs" / "tpu_pods.md").read_text()
+  block = doc.split("```bash\n", 1)[1].split("```", 1)[0]
+  words = shlex.split(block.replace("\\\n", " "))
+  assert words[0] == "launch/tpu_pod.sh"
+  return [w.replace("BUCKET", "bucket") for w in words[1:]]
+
+
+def _stubbed_launch(tmp_path, args, check_status=0):
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir(exist_ok=True)
+  for name, text in (("gcloud", FAKE_GCLOUD),
+                     ("python", FAKE_PREFLIGHT_PYTHON)):
+    (bin_dir / name).write_text(text)
+    (bin_dir / name).chmod(0o755)
+  out = _launch(args, path_prefix=str(bin_dir),
+                GCLOUD_LOG=str(tmp_path / "gcloud.log"),
+                PYTHON_LOG=str(tmp_path / "python.log"),
+                PYTHON=str(bin_dir / "python"), HOME=str(tmp_path),
+                XDG_CACHE_HOME=str(tmp_path / "cache"), TMPDIR=str(tmp_path),
+                FAKE_CHECK_STATUS=str(check_status))
+  calls = lambda name: [c.strip("\n").split("\n") for c in (
+      (tmp_path / name).read_text().split("---\n")
+      if (tmp_path / name).exists() else []) if c.strip()]
+  return out, calls("python.log"), calls("gcloud.log")
+
+
+@pytest.mark.parametrize("accelerator,runtime", [
+    ("v4-64", "tpu-ubuntu2204-base"), ("v5p-64", "v2-alpha-tpuv5"),
+    ("v5litepod-32", "v2-alpha-tpuv5-lite")])
+@pytest.mark.parametrize("preset", ["", "0.5b", "1.5b", "7b",
+                                    "7b_bfcl_multi_turn"])
+def test_the_documented_launch_sends_its_commands(tmp_path, accelerator,
+                                                   runtime, preset):
+  """docs/tpu_pods.md's command with gcloud and the preflight's Python
+  stubbed, on each generation and preset: the tokenizer is fetched for the
+  preflight, the preflight compiles for the slice, then create, install,
+  start."""
+  args = [a.replace("--accelerator=v4-64", f"--accelerator={accelerator}")
+          for a in _documented_launch()]
+  if preset:
+    args.insert(0, f"--config=configs/qwen_tpu.py:{preset}")
+  out, python_calls, gcloud_calls = _stubbed_launch(tmp_path, args)
+  assert out.returncode == 0, out.stderr
+  fetch, check = python_calls
+  cache = f"{tmp_path}/cache/genenv_jax/tokenizers/Qwen--Qwen2.5-7B-Instruct"
+  assert fetch[0] == "-c" and "snapshot_download" in fetch[1]
+  assert fetch[2:] == ["Qwen/Qwen2.5-7B-Instruct", cache]
+  assert check[:4] == ["-m", "train.bench.compile_check",
+                       f"--config=configs/qwen_tpu.py:{preset or '7b'}",
+                       f"--topology={accelerator}"]
+  assert f"--config.task.tokenizer_dir={cache}" in check
+  assert "--config.task.verifier=tool_call" in check
+  assert [c[3] for c in gcloud_calls] == [
+      "describe", "create", "ssh", "scp", "ssh", "ssh", "ssh", "ssh", "ssh"]
+  create = gcloud_calls[1]
+  assert f"--accelerator-type={accelerator}" in create
+  assert f"--version={runtime}" in create
+  install = gcloud_calls[5][-1]
+  for requirements in ("-r $HOME/genenv-jax/requirements.txt",
+                       "-r $HOME/genenv-jax/requirements-tpu.txt",
+                       "--no-deps -r $HOME/genenv-jax/requirements-nodeps.txt"):
+    assert requirements in install, requirements
+  start = gcloud_calls[-1][-1]
+  for flag in (f"--config=configs/qwen_tpu.py:{preset or '7b'}",
+               "--workdir=gs://bucket/genenv-7b", "--distributed=true",
+               "--config.task.verifier=tool_call"):
+    assert flag in start, flag
+
+
+def test_the_bfcl_preset_imports_what_the_workers_install():
+  """The multi-turn preset's domain imports bfcl_eval (and its APIs mpmath):
+  requirements-nodeps.txt and requirements.txt, which every launcher
+  installs, carry them."""
+  nodeps = (ROOT / "requirements-nodeps.txt").read_text()
+  assert "bfcl-eval==" in nodeps
+  assert "mpmath==" in (ROOT / "requirements.txt").read_text()
+  code = ("from genenv_jax.scoring import bfcl_apis; "
+          "bfcl_apis.api_class('MathAPI')")
+  subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
+                 env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+@pytest.mark.parametrize("status,message", [
+    (3, "does not compile within v4-64's HBM"),
+    (1, "stopped with an error (status 1, above), before compiling: not an "
+        "HBM verdict")])
+def test_the_preflight_tells_a_compile_failure_from_an_error(tmp_path, status,
+                                                             message):
+  out, _, gcloud_calls = _stubbed_launch(tmp_path, _documented_launch(),
+                                         check_status=status)
+  assert out.returncode == 2
+  assert message in out.stderr
+  assert not gcloud_calls  # nothing created
+
+
+def test_an_unknown_generation_needs_a_runtime(tmp_path):
+  args = [a.replace("--accelerator=v4-64", "--accelerator=v9x-8")
+          for a in _documented_launch()]
+  out, _, _ = _stubbed_launch(tmp_path, args)
+  assert out.returncode == 2
+  assert "no default --runtime for --accelerator=v9x-8" in out.stderr
+  out, _, gcloud_calls = _stubbed_launch(
+      tmp_path, ["--runtime=custom-1", "--skip_preflight", *args])
+  assert out.returncode == 0, out.stderr
+  assert "--version=custom-1" in gcloud_calls[1]
 
 
 FAKE_PYTHON = """#!/usr/bin/env bash

@@ -42,8 +42,9 @@ The last line is `fits=true|false peak_gib=X hbm_gib=Y topology=NAME
 step_s=S bound_s=B`: the largest peak of any program; the modeled seconds
 of the whole step (coevolve_step's program, else the compiled phases'
 sum, "-" when neither was compiled); the phases' summed bound. The exit
-status is 1 when a program does not fit (libtpu's compiler refuses a
-program over HBM). `--json` prints one JSON object per program and per
+status is 3 when a program does not fit (libtpu's compiler refuses a
+program over HBM), 1 when anything else stops the check before that verdict
+(a bad config, a missing tokenizer). `--json` prints one JSON object per program and per
 phase (`program` / `phase`, `peak_bytes`, `temp_bytes`, `flops`,
 `hbm_bytes`, `collective_bytes`, `collectives`, `roofline_s`,
 `collective_s`, `modeled_s`, `bound_s`, ...;
@@ -635,6 +636,11 @@ def report(tpu_slice: slices.Slice, setup: Setup, progs: list[Program],
   return "\n".join(lines), fits
 
 
+# The exit status of a run whose programs do not all fit the slice's HBM
+# (launch/tpu_pod.sh tells it from an error's 1).
+DOES_NOT_FIT = 3
+
+
 def run(config, topology: str, heldout_rows: int = 512,
         with_phases: bool = True,
         only: tuple[str, ...] = PROGRAMS,
@@ -665,7 +671,7 @@ def main(argv):
                     tuple(FLAGS.phase_names), FLAGS.json, FLAGS.top_sources,
                     FLAGS.hlo_dir)
   print(text, flush=True)
-  sys.exit(0 if fits else 1)
+  sys.exit(0 if fits else DOES_NOT_FIT)
 
 
 def define_flags() -> None:
