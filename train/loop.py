@@ -20,10 +20,12 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from typing import Any, NamedTuple
 
 from clu import metric_writers
 from clu import periodic_actions
 import jax
+import numpy as np
 
 from genenv_jax import coevolve
 from genenv_jax import sharding
@@ -63,9 +65,52 @@ def train_and_evaluate(config, workdir: str) -> dict:
     return _run(config, workdir, chief)
 
 
+class _Run(NamedTuple):
+  """What every stage of a run in its workdir uses."""
+  config: Any
+  workdir: str
+  path: Any            # the workdir as an epath.Path
+  chief: bool          # process 0, the one that writes files
+  mesh: Any
+  rules: Any
+  domain: Any
+  players: coevolve.Players
+  train: dict          # the seed train split {"task", "difficulty"}
+  base: np.ndarray     # int64[Nb] its rows in D_train's base data
+  writer: Any          # clu MultiWriter (TensorBoard, and metrics.jsonl on chief)
+  jsonl: metrics_log.JsonlWriter | None
+  evaluate: heldout.HeldoutEval
+  ckpt: checkpointing.Checkpoints
+  target: coevolve.CoevolveState  # the state's shapes and layout, abstract
+  shardings: coevolve.CoevolveState
+
+
 def _run(config, workdir: str, chief: bool) -> dict:
   """train_and_evaluate once the workdir is this run's."""
   start_time = time.time()
+  run = _prepare(config, workdir, chief)
+  latest = run.ckpt.latest_step()
+  if latest is None:
+    state, step0_answers = _start(run)
+  else:
+    progress.say(f"Resuming from checkpoint at step {latest}.")
+    state = state_checkpoint.restore(run.ckpt.manager, latest, run.target)
+    step0_answers = checkpointing.load_step0_answers(workdir)
+    if chief:
+      run.jsonl.truncate_after(latest)
+  _coevolve(run, state, step0_answers)
+  if not chief:
+    return {}
+  summary = run_report.write_report(workdir, config)
+  summary["wall_time_s_this_process"] = time.time() - start_time
+  checkpointing.write_atomic(run.path / "report" / "summary.json",
+                             json.dumps(summary, indent=2).encode())
+  return summary
+
+
+def _prepare(config, workdir: str, chief: bool) -> _Run:
+  """The mesh, domain, players, seed data, writers, held-out evaluation,
+  checkpoints and the state's abstract layout."""
   path = checkpointing.workdir_path(workdir)
   rules = sharding.DEFAULT_RULES
   mesh = sharding.make_mesh(dict(config.mesh))
@@ -92,73 +137,84 @@ def _run(config, workdir: str, chief: bool) -> dict:
                                    config.max_checkpoints, (0,), chief)
   for step, why in ckpt.skipped:
     progress.say(f"Checkpoint step {step} skipped: {why}.")
-
-  latest = ckpt.latest_step()
-  init_from = config.warmstart.init_from
   # The state's shapes and layout from jax.eval_shape alone: a resume (or a
   # start from another run's step 0) restores into it without initialising
   # or loading any weights.
   target, shardings = state_layout.abstract_state(
       config, domain, players, train["task"][base], train["difficulty"][base],
       mesh, rules)
-  if latest is None and not init_from:
+  return _Run(config, workdir, path, chief, mesh, rules, domain, players,
+              train, base, writer, jsonl, evaluate, ckpt, target, shardings)
+
+
+def _start(run: _Run) -> tuple[coevolve.CoevolveState, heldout.Answers]:
+  """Stage 1: both players warm-started here (or restored from
+  config.warmstart.init_from's step 0), the warm-started agent evaluated,
+  and checkpoint 0 saved. Returns (the step-0 state, its held-out
+  answers)."""
+  config, train, base = run.config, run.train, run.base
+  init_from = config.warmstart.init_from
+  if not init_from:
     progress.say("Stage 1: warm-starting both players.")
     agent_key, simulator_key = jax.random.split(
         jax.random.PRNGKey(config.seed))
-    agent_params = build.init_player_params(players.agent_model, agent_key, mesh,
-                                      rules, config.agent.get("hf_dir", ""))
+    agent_params = build.init_player_params(
+        run.players.agent_model, agent_key, run.mesh, run.rules,
+        config.agent.get("hf_dir", ""))
     simulator_params = build.init_player_params(
-        players.simulator_model, simulator_key, mesh, rules,
+        run.players.simulator_model, simulator_key, run.mesh, run.rules,
         config.simulator.get("hf_dir", ""))
-    agent_params, simulator_params, ws_metrics = warmstart.warmstart(
-        config, domain, players.agent_model, players.simulator_model, agent_params,
-        simulator_params, train["task"], train["difficulty"], mesh, rules,
-        path, chief)
+    agent_params, simulator_params, step0_metrics = warmstart.warmstart(
+        config, run.domain, run.players.agent_model,
+        run.players.simulator_model, agent_params, simulator_params,
+        train["task"], train["difficulty"], run.mesh, run.rules, run.path,
+        run.chief)
     state, _ = build.create_state(
-        config, domain, players,
-        jax.device_put(agent_params, shardings.agent.params),
-        jax.device_put(simulator_params, shardings.simulator.params),
-        train["task"][base], train["difficulty"][base], mesh)
-  if latest is None:
-    if init_from:
-      progress.say(f"Stage 1: the warm-started players of {init_from}.")
-      state, step0_metrics = init_from_lib.restore_step0(
-          config, target, checkpointing.workdir_path(init_from))
-      if init_from_lib.simulator_start_pending(config,
-                                               checkpointing.workdir_path(init_from)):
-        state = jax.device_put(state.replace(
-            simulator=warmstart.started_simulator_state(
-                config, domain, players, state.simulator, train["task"],
-                train["difficulty"], mesh, rules)), shardings)
-    else:
-      step0_metrics = ws_metrics
-    # This run's held-out evaluation of the agent it starts from (a source
-    # run's may not have sampled).
-    progress.say("Stage 1: held-out evaluation of the warm-started agent.")
-    eval_metrics, step0_answers = evaluate.metrics_and_answers(
-        state.agent.params)
-    step0_metrics = dict(step0_metrics, **eval_metrics)
-    if chief:  # what an attempt killed before checkpoint 0 committed left
-      jsonl.truncate_after(-1)
-    writer.write_scalars(0, step0_metrics)
-    if chief:
-      checkpointing.save_step0_answers(workdir, step0_answers)
-    writer.flush()
-    ckpt.save(0, state_checkpoint.without_references(state))
-    ckpt.finish()
-    if chief:  # checkpoint 0 holds stage 1's result now
-      warmstart.checkpoint_dir(path).rmtree(missing_ok=True)
+        config, run.domain, run.players,
+        jax.device_put(agent_params, run.shardings.agent.params),
+        jax.device_put(simulator_params, run.shardings.simulator.params),
+        train["task"][base], train["difficulty"][base], run.mesh)
   else:
-    progress.say(f"Resuming from checkpoint at step {latest}.")
-    state = state_checkpoint.restore(ckpt.manager, latest, target)
-    step0_answers = checkpointing.load_step0_answers(workdir)
-    if chief:
-      jsonl.truncate_after(latest)
+    progress.say(f"Stage 1: the warm-started players of {init_from}.")
+    source = checkpointing.workdir_path(init_from)
+    state, step0_metrics = init_from_lib.restore_step0(config, run.target,
+                                                       source)
+    if init_from_lib.simulator_start_pending(config, source):
+      state = jax.device_put(state.replace(
+          simulator=warmstart.started_simulator_state(
+              config, run.domain, run.players, state.simulator,
+              train["task"], train["difficulty"], run.mesh, run.rules)),
+          run.shardings)
+  # This run's held-out evaluation of the agent it starts from (a source
+  # run's may not have sampled).
+  progress.say("Stage 1: held-out evaluation of the warm-started agent.")
+  eval_metrics, step0_answers = run.evaluate.metrics_and_answers(
+      state.agent.params)
+  step0_metrics = dict(step0_metrics, **eval_metrics)
+  if run.chief:  # what an attempt killed before checkpoint 0 committed left
+    run.jsonl.truncate_after(-1)
+  run.writer.write_scalars(0, step0_metrics)
+  if run.chief:
+    checkpointing.save_step0_answers(run.workdir, step0_answers)
+  run.writer.flush()
+  run.ckpt.save(0, state_checkpoint.without_references(state))
+  run.ckpt.finish()
+  if run.chief:  # checkpoint 0 holds stage 1's result now
+    warmstart.checkpoint_dir(run.path).rmtree(missing_ok=True)
+  return state, step0_answers
 
+
+def _coevolve(run: _Run, state: coevolve.CoevolveState,
+              step0_answers: heldout.Answers) -> None:
+  """Stage 2: the compiled co-evolution step from the state's step to
+  config.coevolve.num_steps, logging, evaluating and checkpointing as the
+  config says; raises preemption.Preempted at a saved step on a notice."""
+  config, writer, ckpt = run.config, run.writer, run.ckpt
   step_fn = coevolve.jit_step(
-      coevolve.make_step(config, domain, players,
-                         build.scripted_level_bank(config, domain, train)),
-      shardings, mesh, rules)
+      coevolve.make_step(config, run.domain, run.players,
+                         build.scripted_level_bank(config, run.domain,
+                                                   run.train)),
+      run.shardings, run.mesh, run.rules)
   num_steps = config.coevolve.num_steps
   first = int(jax.device_get(state.step))
   report_progress = periodic_actions.ReportProgress(
@@ -166,7 +222,7 @@ def _run(config, workdir: str, chief: bool) -> dict:
   hooks = [report_progress]
   if config.profile_first_step and jax.process_index() == 0:
     hooks.append(periodic_actions.Profile(
-        num_profile_steps=3, logdir=workdir,
+        num_profile_steps=3, logdir=run.workdir,
         first_profile=config.profile_first_step, every_secs=None))
   progress.say(f"Stage 2: co-evolution, steps {first + 1}..{num_steps}.")
   window = dispatch.DispatchWindow()
@@ -206,7 +262,7 @@ def _run(config, workdir: str, chief: bool) -> dict:
     for hook in hooks:
       hook(step)
     if step % config.eval.every_steps == 0 or step == num_steps:
-      eval_metrics = evaluate(state.agent.params, step0_answers)
+      eval_metrics = run.evaluate(state.agent.params, step0_answers)
       writer.write_scalars(step, eval_metrics)
       progress.say(f"stage 2: step {step}  held-out accuracy "
                    f"{eval_metrics['eval/accuracy']:.3f}")
@@ -221,13 +277,6 @@ def _run(config, workdir: str, chief: bool) -> dict:
     if preempted:
       ckpt.close()
       writer.flush()
-      raise preemption.Preempted(f"step {step} in {path / 'checkpoints'}")
+      raise preemption.Preempted(f"step {step} in {run.path / 'checkpoints'}")
   ckpt.close()
   writer.flush()
-  if not chief:
-    return {}
-  summary = run_report.write_report(workdir, config)
-  summary["wall_time_s_this_process"] = time.time() - start_time
-  checkpointing.write_atomic(path / "report" / "summary.json",
-                             json.dumps(summary, indent=2).encode())
-  return summary
