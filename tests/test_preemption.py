@@ -134,6 +134,40 @@ def test_sigterm_in_stage1_mid_stage2_and_during_a_save_resume_bit_exact(
     np.testing.assert_array_equal(a, b)
 
 
+def test_sigterm_inside_a_log_window_saves_that_step_and_resumes_the_window(
+    reference, tmp_path, monkeypatch):
+  """Logged every 2 steps: SIGTERM during stage 2's step 1 saves step 1 at
+  once (not at the next logged step) with the window's partial totals; the
+  rerun logs step 2's window mean as a run never stopped does."""
+  tfds_dir, _ = reference
+  config = _config(tfds_dir)
+  config.log_every = 2
+  want = str(tmp_path / "want")
+  loop.train_and_evaluate(config, want)
+  workdir = str(tmp_path / "stopped")
+  add = metrics_log.StepMetricsWindow.add
+  steps_added = []
+
+  def add_then_sigterm(self, metrics):
+    steps_added.append(1)
+    if len(steps_added) == 1:
+      _sigterm()
+    add(self, metrics)
+
+  monkeypatch.setattr(metrics_log.StepMetricsWindow, "add", add_then_sigterm)
+  with pytest.raises(preemption.Preempted, match=r"saved step 1 in "):
+    loop.train_and_evaluate(config, workdir)
+  monkeypatch.setattr(metrics_log.StepMetricsWindow, "add", add)
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["0", "1"]
+  assert os.listdir(os.path.join(workdir, metrics_log.WINDOW_DIR)) == [
+      "1.json"]
+  loop.train_and_evaluate(config, workdir)
+  assert _records(workdir) == _records(want)
+  assert not os.path.exists(os.path.join(workdir, metrics_log.WINDOW_DIR))
+  for a, b in zip(_state(workdir, 4), _state(want, 4)):
+    np.testing.assert_array_equal(a, b)
+
+
 def test_ctrl_c_is_a_notice_and_a_second_one_stops_at_once(capsys):
   before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
   with preemption.Watch() as watch:

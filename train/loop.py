@@ -98,7 +98,7 @@ def _run(config, workdir: str, chief: bool) -> dict:
     step0_answers = checkpointing.load_step0_answers(workdir)
     if chief:
       run.jsonl.truncate_after(latest)
-  _coevolve(run, state, step0_answers)
+  _coevolve(run, state, step0_answers, resumed_from=latest)
   if not chief:
     return {}
   summary = run_report.write_report(workdir, config)
@@ -205,10 +205,14 @@ def _start(run: _Run) -> tuple[coevolve.CoevolveState, heldout.Answers]:
 
 
 def _coevolve(run: _Run, state: coevolve.CoevolveState,
-              step0_answers: heldout.Answers) -> None:
+              step0_answers: heldout.Answers,
+              resumed_from: int | None = None) -> None:
   """Stage 2: the compiled co-evolution step from the state's step to
   config.coevolve.num_steps, logging, evaluating and checkpointing as the
-  config says; raises preemption.Preempted at a saved step on a notice."""
+  config says. On a preemption notice the step in flight finishes, is saved
+  (with the log window's partial totals), and preemption.Preempted is
+  raised; `resumed_from` (the checkpoint step a resumed run restored)
+  brings such a window back."""
   config, writer, ckpt = run.config, run.writer, run.ckpt
   step_fn = coevolve.jit_step(
       coevolve.make_step(config, run.domain, run.players,
@@ -227,6 +231,8 @@ def _coevolve(run: _Run, state: coevolve.CoevolveState,
   progress.say(f"Stage 2: co-evolution, steps {first + 1}..{num_steps}.")
   window = dispatch.DispatchWindow()
   step_metrics = metrics_log.StepMetricsWindow()
+  if run.chief and resumed_from is not None:
+    step_metrics.resume(run.workdir, resumed_from)
   reporter = progress.Progress("stage 2:", num_steps)
   # Seconds the first call of this process's step took to return: tracing,
   # compiling (or reading the persistent compilation cache) and dispatch;
@@ -267,16 +273,20 @@ def _coevolve(run: _Run, state: coevolve.CoevolveState,
       progress.say(f"stage 2: step {step}  held-out accuracy "
                    f"{eval_metrics['eval/accuracy']:.3f}")
     saved = step % config.checkpoint_every == 0 or step == num_steps
-    # On a preemption notice every process stops at the same logged step
-    # (its metrics window is empty there), saved.
-    preempted = log_now and step < num_steps and preemption.reached()
+    # On a preemption notice every process stops at the same step (the
+    # notice's step agreed by JAX's preemption service), saved at once.
+    preempted = step < num_steps and preemption.reached()
     if saved or preempted:
       skipped.check()  # never save a diverged state
       writer.flush()  # metrics.jsonl holds every record up to the checkpoint
       ckpt.save(step, state_checkpoint.without_references(state))
+      if run.chief and preempted:
+        step_metrics.save(run.workdir, step)
     if preempted:
       ckpt.close()
       writer.flush()
       raise preemption.Preempted(f"step {step} in {run.path / 'checkpoints'}")
   ckpt.close()
   writer.flush()
+  if run.chief:
+    metrics_log.drop_windows(run.workdir)

@@ -78,6 +78,53 @@ class StepMetricsWindow:
     self._reset()
     return out
 
+  def save(self, workdir: str, step: int) -> None:
+    """Writes the window's partial totals (the steps since the last log, up
+    to `step`) beside the run's checkpoints, so that a run stopped at a step
+    inside a log window (a preemption) resumes the window where it was: the
+    logged means stay those of a run never stopped. Nothing when empty."""
+    if not self._count:
+      return
+    total, latest = jax.device_get((self._total, self._latest))
+    record = {"step": step, "count": self._count,
+              "total": {k: [float(x) for x in v] for k, v in total.items()},
+              "latest": {k: [float(x) for x in v] for k, v in latest.items()}}
+    path = _window_path(workdir, step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    checkpointing.write_atomic(path, json.dumps(record).encode())
+
+  def resume(self, workdir: str, step: int) -> None:
+    """Restores the window `save` wrote at `step` (the checkpoint the run
+    resumes from), if any, and removes the windows of other steps."""
+    directory = epath.Path(workdir) / WINDOW_DIR
+    if not directory.exists():
+      return
+    path = _window_path(workdir, step)
+    if path.exists():
+      record = json.loads(path.read_text())
+      as_arrays = lambda d: {k: jnp.asarray(v, jnp.float32)
+                             for k, v in d.items()}
+      self._total, self._latest = (as_arrays(record["total"]),
+                                   as_arrays(record["latest"]))
+      self._count = int(record["count"])
+    for other in directory.iterdir():
+      if other.name != path.name:
+        other.unlink()
+
+
+# Partial metrics windows of steps saved inside a log window
+# (StepMetricsWindow.save), one JSON file a step.
+WINDOW_DIR = "metrics_window"
+
+
+def _window_path(workdir: str, step: int) -> epath.Path:
+  return epath.Path(workdir) / WINDOW_DIR / f"{step}.json"
+
+
+def drop_windows(workdir: str) -> None:
+  """Removes every saved window: the run finished, nothing resumes one."""
+  (epath.Path(workdir) / WINDOW_DIR).rmtree(missing_ok=True)
+
 
 # The key of a record that lists its metrics whose value was not finite (JSON
 # has no NaN or infinity: they are written as null, and named here).

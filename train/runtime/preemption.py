@@ -7,8 +7,8 @@ service (jax.distributed's coordination service: the process that receives it
 tells the others, and together they pick the call after the furthest one any
 of them has made) and SIGINT is passed to it as a SIGTERM. The driver calls
 `reached()` at each point where the run's state can be saved (each stage-1
-step, each logged stage-2 step); every process makes the same calls, so all
-answer True at the same one. There the driver saves that step and raises
+step, each stage-2 step); every process makes the same calls, so all answer
+True at the same one, at most one step after the notice. There the driver saves that step and raises
 `Preempted`, which `train.main` turns into exit status `EXIT_STATUS`:
 rerunning the same command resumes from the saved step.
 
