@@ -160,7 +160,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # solves (the curate-then-edit of ACCEL; genenv_jax/pool.py); or
       # "level_learnability": ∝ p_l(1 - p_l) of its recent success p_l at
       # the row's level (agent/level_success_d<l>), which follows the agent
-      # where a row's success is measured once.
+      # where a row's success is measured once; or "level_alpha": ∝ the
+      # α-curriculum reward exp(-β (p_l - α)²) of that level estimate, seeds
+      # curated by the simulator's own reward (sharper than p(1 - p)).
       seed_selection="learnability",
       seed_trim=0.0,         # > 0 (uniform seeds only): seeds skip this
                              # fraction of the lowest- and of the
@@ -248,8 +250,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       num_base=2048,         # base rows taken from the seed dataset ...
       base_max_difficulty=2,  # ... among its tasks up to this level (the agent's base data)
       replay_tasks=8,        # pool tasks the agent also attempts each step
-      # How they are drawn: "uniform", "learnability" or
-      # "level_learnability" (as coevolve.seed_selection); either way each
+      # How they are drawn: "uniform", "learnability", "level_learnability"
+      # or "level_alpha" (as coevolve.seed_selection); either way each
       # replayed row's recorded success is updated.
       replay_selection="learnability",
       # Under learnability selection every filled row weighs p(1 - p) + this

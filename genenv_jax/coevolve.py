@@ -111,7 +111,9 @@ def write_tasks(config, domain: TaskDomain, players: Players,
     seed_idx = pool_lib.draw_indices(state.pool, seed_key, cc.num_seeds,
                                      cc.seed_selection,
                                      config.pool.learnability_floor,
-                                     cc.seed_trim, state.level_success)
+                                     cc.seed_trim, state.level_success,
+                                     config.curriculum.alpha,
+                                     config.curriculum.beta)
     seed_success = state.pool.success[seed_idx]
   prompt, prompt_mask = domain.simulator_prompt(state.pool.tasks[seed_idx],
                                                 seed_success)
@@ -137,7 +139,9 @@ def replay_tasks(config, domain: TaskDomain, pool: pool_lib.TaskPool, key,
   idx = pool_lib.draw_indices(pool, key, config.pool.replay_tasks,
                               config.pool.replay_selection,
                               config.pool.learnability_floor,
-                              level_success=level_success)
+                              level_success=level_success,
+                              alpha=config.curriculum.alpha,
+                              beta=config.curriculum.beta)
   rows = pool.tasks[idx]
   return idx, domain.parse(rows, rows != domain.pad_id)
 

@@ -135,7 +135,7 @@ def sample_indices(pool: TaskPool, rng: jax.Array, n: int,
   ).astype(jnp.int32)
 
 
-SELECTIONS = ("uniform", "learnability", "level_learnability")
+SELECTIONS = ("uniform", "learnability", "level_learnability", "level_alpha")
 
 
 def _learnability(pool: TaskPool, success: jax.Array, floor: float
@@ -171,30 +171,64 @@ def level_learnability_weights(pool: TaskPool, level_success: jax.Array,
   the level estimate follows the agent as it learns (an average over the
   last few steps), at the cost of treating a level's tasks alike.
   """
+  return _learnability(pool, _row_level_success(pool, level_success), floor)
+
+
+def _row_level_success(pool: TaskPool, level_success: jax.Array
+                       ) -> jax.Array:
+  """f32[C] the success estimate f32[D] of each row's level (UNKNOWN_SUCCESS
+  for a level out of 1..D)."""
   levels = level_success.shape[0]
   in_range = (pool.difficulty >= 1) & (pool.difficulty <= levels)
-  success = jnp.where(
+  return jnp.where(
       in_range, level_success[jnp.clip(pool.difficulty - 1, 0, levels - 1)],
       UNKNOWN_SUCCESS)
-  return _learnability(pool, success, floor)
+
+
+def level_alpha_weights(pool: TaskPool, level_success: jax.Array,
+                        floor: float, alpha: float, beta: float
+                        ) -> jax.Array:
+  """f32[C] each row's draw weight under α selection: the α-curriculum
+  reward exp(-β (p_l - α)²) of the agent's recent success p_l at the row's
+  level, plus `floor` (a level not yet attempted weighs `floor` alone);
+  empty rows 0.
+
+  Seeds drawn so sit at the levels where the agent succeeds about α of the
+  time, and a variation keeps about its seed's level, so the mean success
+  on what the simulator writes follows α as the agent learns: ACCEL's
+  curate-then-edit, curated by the simulator's own reward. Sharper than
+  p(1 - p) (β = 20: a level at 0.85 weighs 0.09 against 1 at 0.5, where
+  p(1 - p) gives 0.13 against 0.25), so a mix of easy levels cannot hold
+  the draw away from the frontier.
+  """
+  success = _row_level_success(pool, level_success)
+  p = jnp.clip(success, 0.0, 1.0)
+  weight = jnp.where(success >= 0, jnp.exp(-beta * (p - alpha) ** 2),
+                     0.0) + floor
+  return jnp.where(jnp.arange(pool.capacity) < pool.size, weight, 0.0)
 
 
 def draw_indices(pool: TaskPool, rng: jax.Array, n: int, selection: str,
                  floor: float, trim: float = 0.0,
-                 level_success: jax.Array | None = None) -> jax.Array:
+                 level_success: jax.Array | None = None,
+                 alpha: float = 0.5, beta: float = 20.0) -> jax.Array:
   """int32[n] rows of D_train drawn (with replacement) by `selection`:
   "uniform" (`sample_indices`, with its `trim`), "learnability" (∝
-  `learnability_weights`) or "level_learnability" (∝
-  `level_learnability_weights` of level_success f32[D]); floor > 0 keeps
-  every filled row drawable."""
+  `learnability_weights`), "level_learnability" (∝
+  `level_learnability_weights` of level_success f32[D]) or "level_alpha"
+  (∝ `level_alpha_weights` at the curriculum's alpha and beta); floor > 0
+  keeps every filled row drawable."""
   if selection == "uniform":
     return sample_indices(pool, rng, n, trim)
+  if selection in ("level_learnability", "level_alpha") and (
+      level_success is None):
+    raise ValueError(f"{selection} selection needs level_success.")
   if selection == "learnability":
     weight = learnability_weights(pool, floor)
   elif selection == "level_learnability":
-    if level_success is None:
-      raise ValueError("level_learnability selection needs level_success.")
     weight = level_learnability_weights(pool, level_success, floor)
+  elif selection == "level_alpha":
+    weight = level_alpha_weights(pool, level_success, floor, alpha, beta)
   else:
     raise ValueError(f"selection {selection!r} is not one of {SELECTIONS}.")
   return jax.random.categorical(
