@@ -244,7 +244,7 @@ def measure_peak() -> float:
 
 
 class TunixWorker:
-  """`train/bench_tunix.py` in $TUNIX_PYTHON, driven by JSON lines.
+  """`train/bench/tunix_side.py` in $TUNIX_PYTHON, driven by JSON lines.
 
   Each request is one line on the worker's stdin, answered by one line on
   its stdout: {"op": "setup", ...} builds and warms up a benchmark,
