@@ -18,10 +18,10 @@ import time
 from etils import epath
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from configs import default
+from train.checkpoints import state_checkpoint
 from train import config_validation
 from train import loop
 from train import warmstart
@@ -59,10 +59,7 @@ def _records(workdir):
 
 
 def _raw_checkpoint(workdir, step):
-  manager = ocp.CheckpointManager(
-      os.path.join(workdir, "checkpoints"),
-      options=ocp.CheckpointManagerOptions(read_only=True))
-  return manager.restore(step, args=ocp.args.StandardRestore())
+  return state_checkpoint.read_state(workdir, step)[1]
 
 
 def _assert_same_players(workdir, other, step):

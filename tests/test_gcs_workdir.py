@@ -25,11 +25,11 @@ import time
 from etils.epath import gpath
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from configs import default
 from tests import sweep_launcher
+from train.checkpoints import state_checkpoint
 from train import loop
 from train.checkpoints import checkpointing
 from train.checkpoints import export
@@ -98,11 +98,7 @@ def _records(workdir):
 
 
 def _state(workdir, step):
-  manager = ocp.CheckpointManager(
-      checkpointing.workdir_path(workdir) / "checkpoints",
-      options=ocp.CheckpointManagerOptions(read_only=True))
-  return jax.tree.leaves(manager.restore(step,
-                                         args=ocp.args.StandardRestore()))
+  return jax.tree.leaves(state_checkpoint.read_state(workdir, step)[1])
 
 
 @pytest.fixture(scope="module")

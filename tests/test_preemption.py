@@ -10,10 +10,10 @@ import signal
 from etils import epath
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from configs import default
+from train.checkpoints import state_checkpoint
 from train import loop
 from train import warmstart
 from train.checkpoints import checkpointing
@@ -40,11 +40,7 @@ def _records(workdir):
 def _state(workdir, step):
   """Every array of checkpoint `step`: both players' parameters and
   optimiser states, the pools, the rng and the step."""
-  manager = ocp.CheckpointManager(
-      os.path.join(workdir, "checkpoints"),
-      options=ocp.CheckpointManagerOptions(read_only=True))
-  return jax.tree.leaves(manager.restore(step,
-                                         args=ocp.args.StandardRestore()))
+  return jax.tree.leaves(state_checkpoint.read_state(workdir, step)[1])
 
 
 def _sigterm():

@@ -26,9 +26,9 @@ import time
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
+from train.checkpoints import state_checkpoint
 from train.outputs import metrics_log
 from train.runtime import preemption
 
@@ -111,15 +111,7 @@ def _state(workdir, step):
   """Every array of checkpoint `step` as host numpy arrays (the two
   processes' devices saved it; this process has others): both players'
   parameters and optimiser states, the pools, the rng and the step."""
-  item = os.path.join(workdir, "checkpoints", str(step), "default")
-  checkpointer = ocp.PyTreeCheckpointer()
-  metadata = checkpointer.metadata(item)
-  tree = getattr(metadata, "item_metadata", metadata)
-  tree = getattr(tree, "tree", tree)
-  restore_args = jax.tree.map(
-      lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
-  return jax.tree.leaves(checkpointer.restore(
-      item, args=ocp.args.PyTreeRestore(restore_args=restore_args)))
+  return jax.tree.leaves(state_checkpoint.read_state(workdir, step)[1])
 
 
 @pytest.fixture(scope="module")

@@ -36,10 +36,10 @@ from absl import app
 from absl import flags
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 
-from train.runtime import cpu_flags
+from train.checkpoints import state_checkpoint
 from train.outputs import metrics_log
+from train.runtime import cpu_flags
 
 _CONFIG = flags.DEFINE_string("config", "configs/default.py:smoke",
                               "Config file[:variants] of the runs.")
@@ -106,11 +106,7 @@ def _records(workdir: str) -> list[dict]:
 
 
 def _checkpoint(workdir: str, step: int) -> list[np.ndarray]:
-  manager = ocp.CheckpointManager(
-      os.path.join(workdir, "checkpoints"),
-      options=ocp.CheckpointManagerOptions(read_only=True))
-  return jax.tree.leaves(manager.restore(step,
-                                         args=ocp.args.StandardRestore()))
+  return jax.tree.leaves(state_checkpoint.read_state(workdir, step)[1])
 
 
 def _growth_per_1000(samples: list[tuple[int, int]]) -> float:

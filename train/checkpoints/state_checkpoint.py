@@ -107,9 +107,7 @@ def read_parts(workdir: str, step: int | None, parts: Sequence[str]
   read without the other player, the optimiser states or the pools.
   Raises KeyError naming a part the checkpoint lacks."""
   step, item = checkpoint_step(workdir, step)
-  metadata = ocp.PyTreeCheckpointer().metadata(item)
-  tree = getattr(metadata, "item_metadata", metadata)
-  tree = getattr(tree, "tree", tree)
+  tree = _saved_tree(item)
   wanted: dict = {}
   for part in parts:
     keys = part.split(".")
@@ -132,6 +130,25 @@ def read_parts(workdir: str, step: int | None, parts: Sequence[str]
       node = node[key]
     out[part] = node
   return step, out
+
+
+def read_state(workdir: str, step: int | None) -> tuple[int, dict[str, Any]]:
+  """(step, every array of the state saved at `step` (None: the latest) in
+  `workdir`, as host numpy arrays in nested dicts): both players'
+  parameters and optimiser states, the pools, the rng, the step. Whatever
+  devices saved it, on any host."""
+  step, item = checkpoint_step(workdir, step)
+  restore_args = jax.tree.map(
+      lambda _: ocp.RestoreArgs(restore_type=np.ndarray), _saved_tree(item))
+  return step, ocp.PyTreeCheckpointer().restore(
+      item, args=ocp.args.PyTreeRestore(restore_args=restore_args))
+
+
+def _saved_tree(item: epath.Path) -> dict:
+  """The saved state's tree of array metadata (shape, dtype)."""
+  metadata = ocp.PyTreeCheckpointer().metadata(item)
+  tree = getattr(metadata, "item_metadata", metadata)
+  return getattr(tree, "tree", tree)
 
 
 def copy_references(state: coevolve.CoevolveState) -> coevolve.CoevolveState:
