@@ -50,6 +50,7 @@ import shutil
 import sys
 from typing import Any, Callable, Mapping, NamedTuple
 
+from etils import epath
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -352,11 +353,11 @@ def _unstack_layers(params: Mapping, config: ModelConfig) -> dict:
 
 
 def read_hf_config(hf_dir: str | os.PathLike) -> dict[str, Any]:
-  path = os.path.join(hf_dir, CONFIG_FILE)
-  if not os.path.isfile(path):
+  """config.json of an HF directory, local or gs://."""
+  path = epath.Path(hf_dir) / CONFIG_FILE
+  if not path.exists():
     raise FileNotFoundError(f"HF directory {hf_dir} has no {CONFIG_FILE}.")
-  with open(path) as f:
-    return json.load(f)
+  return json.loads(path.read_text())
 
 
 def _weight_files(hf_dir: str | os.PathLike) -> dict[str, str]:

@@ -17,7 +17,7 @@ import transformers
 from safetensors.numpy import load_file, save_file
 
 from genenv_jax import sharding
-from models import decoder, hf
+from models import decoder, hf, hf_sharded
 from models.config import ModelConfig, RopeScaling
 
 TOL = 1e-4
@@ -358,3 +358,91 @@ def test_verify_cli_fails_above_tolerance_relative_to_the_logits(monkeypatch, ca
     monkeypatch.setattr(hf, "verify", lambda *a, d=diff, s=scale: hf.Verification(d, s))
     assert hf.main(["verify", "--hf_dir", "unused"]) == code, (diff, scale)
     assert capsys.readouterr().out.splitlines()[-1] == f"max_abs_logit_diff={diff}"
+
+
+def _mesh_shardings(config: ModelConfig, mesh):
+  boxed = jax.eval_shape(functools.partial(decoder.init_boxed, config),
+                         jax.random.key(0))
+  return nn.unbox(sharding.shardings_from_boxed(boxed, mesh,
+                                                sharding.DEFAULT_RULES))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("scan_layers", [False, True])
+@pytest.mark.parametrize("dims", [(2, 2, 2), (1, 4, 2), (1, 8, 1)])
+def test_sharded_load_equals_the_whole_load(saved, case, scan_layers, dims):
+  """Each shard read from its covering rows equals the same block of the
+  whole-file import, on meshes that split the weights over fsdp and tensor."""
+  path, _ = saved[case]
+  whole, config = hf.load_hf_params(path, scan_layers=scan_layers)
+  mesh = sharding.make_mesh(dict(zip(("data", "fsdp", "tensor"), dims)))
+  loaded = hf_sharded.load_sharded(path, config, _mesh_shardings(config, mesh))
+  assert jax.tree.structure(loaded) == jax.tree.structure(whole)
+  for x, y in zip(jax.tree.leaves(loaded), jax.tree.leaves(whole)):
+    assert x.dtype == y.dtype and x.shape == y.shape
+    for shard in x.addressable_shards:
+      np.testing.assert_array_equal(np.asarray(shard.data), y[shard.index])
+
+
+def test_sharded_load_reads_only_the_rows_a_shard_covers(saved, monkeypatch):
+  """On a tensor-parallel mesh no read covers a whole q/k/v/gate/up weight or
+  the embedding: each shard's callback reads its own rows (and the process
+  never holds a whole sharded tensor)."""
+  path, _ = saved["llama_gqa_untied"]
+  _, config = hf.load_hf_params(path)
+  reads = []
+  read_rows = hf_sharded.read_rows
+
+  def recording(entry, start, stop):
+    reads.append((entry.shape, start, stop))
+    return read_rows(entry, start, stop)
+
+  monkeypatch.setattr(hf_sharded, "read_rows", recording)
+  mesh = sharding.make_mesh({"data": 1, "fsdp": 4, "tensor": 2})
+  loaded = hf_sharded.load_sharded(path, config, _mesh_shardings(config, mesh))
+  q = loaded["layers_0"]["attn"]["q_proj"]["kernel"]  # [E, H, D], H split
+  assert all(s.data.shape[1] < q.shape[1] for s in q.addressable_shards)
+  q_reads = [(start, stop) for shape, start, stop in reads
+             if shape == (config.num_heads * config.head_dim,
+                          config.hidden_size)]
+  assert q_reads and all(stop - start < shape_rows for start, stop in q_reads
+                         for shape_rows in [config.num_heads * config.head_dim])
+  assert max(stop - start for shape, start, stop in reads) < config.vocab_size
+
+
+def test_sharded_load_names_bad_tensors_and_checks_a_tied_head(saved, tmp_path):
+  src, _ = saved["llama_gqa_untied"]
+  _, config = hf.load_hf_params(src)
+  mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  shardings = _mesh_shardings(config, mesh)
+  missing = "model.layers.1.mlp.up_proj.weight"
+  bad = _rewrite(src, tmp_path / "missing", lambda t: t.pop(missing))
+  with pytest.raises(ValueError, match=f"'{missing}'.*\\(128, 64\\)"):
+    hf_sharded.load_sharded(bad, config, shardings)
+  name = "model.layers.0.self_attn.k_proj.weight"
+  bad = _rewrite(src, tmp_path / "misshaped",
+                 lambda t: t.update({name: np.zeros((48, 64), np.float32)}))
+  with pytest.raises(ValueError, match=f"'{name}'.*\\(48, 64\\).*\\(32, 64\\)"):
+    hf_sharded.load_sharded(bad, config, shardings)
+  tied_src, _ = saved["qwen2_bias_tied"]
+  _, tied_config = hf.load_hf_params(tied_src)
+
+  def add_head(t):
+    t["lm_head.weight"] = t["model.embed_tokens.weight"] * 2.0
+  differs = _rewrite(tied_src, tmp_path / "differs", add_head)
+  with pytest.raises(ValueError, match="'lm_head.weight' differs"):
+    hf_sharded.load_sharded(differs, tied_config,
+                            _mesh_shardings(tied_config, mesh))
+
+
+def test_sharded_load_reads_bfloat16_files(saved, tmp_path):
+  path, _ = saved["llama_gqa_untied"]
+  model = transformers.AutoModelForCausalLM.from_pretrained(
+      path, dtype=torch.bfloat16)
+  model.save_pretrained(tmp_path, max_shard_size="40KB")
+  whole, config = hf.load_hf_params(tmp_path)
+  mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  loaded = hf_sharded.load_sharded(str(tmp_path), config,
+                                   _mesh_shardings(config, mesh))
+  for x, y in zip(jax.tree.leaves(loaded), jax.tree.leaves(whole)):
+    np.testing.assert_array_equal(np.asarray(x), y)

@@ -18,6 +18,7 @@ from genenv_jax import scripted
 from genenv_jax import sharding
 from models import decoder
 from models import hf
+from models import hf_sharded
 from models.config import get_preset
 from train.checkpoints import checkpointing
 from train.checkpoints import state_layout
@@ -59,17 +60,33 @@ def build_players(config, domain) -> coevolve.Players:
 
 def init_player_params(model_config, key, mesh, rules, hf_dir: str = ""):
   """A player's parameters laid out per `rules`: random from `key`, or the
-  weights of the HF directory `hf_dir` when given."""
+  weights of the HF directory `hf_dir` (local or gs://) when given, read
+  shard by shard into that layout (models/hf_sharded.py: each process reads
+  only what its devices hold)."""
   init = functools.partial(decoder.init_boxed, model_config)
   if not hf_dir:
     params, _ = sharding.sharded_init(init, mesh, rules, key)
     return params
-  weights, _ = hf.load_hf_params(hf_dir, model_config)
   shardings = nn.unbox(sharding.shardings_from_boxed(
       jax.eval_shape(init, key), mesh, rules))
-  return jax.tree.map(
-      lambda w, s: jax.make_array_from_callback(w.shape, s, lambda i: w[i]),
-      weights, shardings)
+  return hf_sharded.load_sharded(hf_dir, model_config, shardings)
+
+
+def init_both_players(config, players: coevolve.Players, mesh, rules):
+  """(agent params, simulator params) at the start of stage 1: random from
+  config.seed, or their HF directories' weights. Players that start from
+  one HF directory with one architecture are read once: the simulator's
+  are a device copy of the agent's."""
+  agent_key, simulator_key = jax.random.split(jax.random.PRNGKey(config.seed))
+  agent_dir = config.agent.get("hf_dir", "")
+  simulator_dir = config.simulator.get("hf_dir", "")
+  agent = init_player_params(players.agent_model, agent_key, mesh, rules,
+                             agent_dir)
+  if (agent_dir and agent_dir == simulator_dir
+      and players.agent_model == players.simulator_model):
+    return agent, jax.tree.map(lambda x: x.copy(), agent)
+  return agent, init_player_params(players.simulator_model, simulator_key,
+                                   mesh, rules, simulator_dir)
 
 
 def create_state(config, domain, players, agent_params, simulator_params,

@@ -156,14 +156,8 @@ def _start(run: _Run) -> tuple[coevolve.CoevolveState, heldout.Answers]:
   init_from = config.warmstart.init_from
   if not init_from:
     progress.say("Stage 1: warm-starting both players.")
-    agent_key, simulator_key = jax.random.split(
-        jax.random.PRNGKey(config.seed))
-    agent_params = build.init_player_params(
-        run.players.agent_model, agent_key, run.mesh, run.rules,
-        config.agent.get("hf_dir", ""))
-    simulator_params = build.init_player_params(
-        run.players.simulator_model, simulator_key, run.mesh, run.rules,
-        config.simulator.get("hf_dir", ""))
+    agent_params, simulator_params = build.init_both_players(
+        config, run.players, run.mesh, run.rules)
     agent_params, simulator_params, step0_metrics = warmstart.warmstart(
         config, run.domain, run.players.agent_model,
         run.players.simulator_model, agent_params, simulator_params,
