@@ -188,24 +188,31 @@ def _row_level_success(pool: TaskPool, level_success: jax.Array
 def level_alpha_weights(pool: TaskPool, level_success: jax.Array,
                         floor: float, alpha: float, beta: float
                         ) -> jax.Array:
-  """f32[C] each row's draw weight under α selection: the α-curriculum
-  reward exp(-β (p_l - α)²) of the agent's recent success p_l at the row's
-  level, plus `floor` (a level not yet attempted weighs `floor` alone);
-  empty rows 0.
+  """f32[C] each row's draw weight under α selection: a level l is drawn ∝
+  the α-curriculum reward exp(-β (p_l - α)²) of the agent's recent success
+  p_l at it, plus `floor` (a level not yet attempted weighs `floor` alone),
+  and a row uniformly among the filled rows of that level; so a row weighs
+  (reward + floor) / (its level's row count). Empty rows and rows of no
+  level in 1..D weigh 0.
 
   Seeds drawn so sit at the levels where the agent succeeds about α of the
-  time, and a variation keeps about its seed's level, so the mean success
-  on what the simulator writes follows α as the agent learns: ACCEL's
-  curate-then-edit, curated by the simulator's own reward. Sharper than
-  p(1 - p) (β = 20: a level at 0.85 weighs 0.09 against 1 at 0.5, where
-  p(1 - p) gives 0.13 against 0.25), so a mix of easy levels cannot hold
-  the draw away from the frontier.
+  time, whatever share of the pool each level holds, and a variation keeps
+  about its seed's level, so the mean success on what the simulator writes
+  follows α as the agent learns: ACCEL's curate-then-edit, curated by the
+  simulator's own reward. Sharper than p(1 - p) (β = 20: a level at 0.85
+  weighs 0.09 against 1 at 0.5, where p(1 - p) gives 0.13 against 0.25).
   """
-  success = _row_level_success(pool, level_success)
-  p = jnp.clip(success, 0.0, 1.0)
-  weight = jnp.where(success >= 0, jnp.exp(-beta * (p - alpha) ** 2),
-                     0.0) + floor
-  return jnp.where(jnp.arange(pool.capacity) < pool.size, weight, 0.0)
+  levels = level_success.shape[0]
+  p = jnp.clip(level_success, 0.0, 1.0)
+  level_weight = jnp.where(level_success >= 0,
+                           jnp.exp(-beta * (p - alpha) ** 2), 0.0) + floor
+  filled = jnp.arange(pool.capacity) < pool.size
+  in_range = filled & (pool.difficulty >= 1) & (pool.difficulty <= levels)
+  level = jnp.clip(pool.difficulty - 1, 0, levels - 1)
+  count = jnp.zeros((levels,), jnp.float32).at[level].add(
+      in_range.astype(jnp.float32))
+  return jnp.where(in_range,
+                   level_weight[level] / jnp.maximum(count[level], 1.0), 0.0)
 
 
 def draw_indices(pool: TaskPool, rng: jax.Array, n: int, selection: str,

@@ -159,23 +159,31 @@ def test_level_alpha_weights_by_hand():
   pool = pool_lib.create_task_pool(_rows(range(4)), np.array([1, 2, 3, 2]),
                                    capacity=6)
   # Levels 1..3 at recent success 0.9, 0.5 and not yet attempted; α = 0.5,
-  # β = 20: exp(-20 · 0.16) = 0.0408 at level 1, exp(0) = 1 at level 2.
+  # β = 20: level 1 weighs exp(-20 · 0.16) + 0.01 = 0.0508, level 2
+  # exp(0) + 0.01 = 1.01, shared by its two rows, level 3 the floor.
   level_success = jnp.array([0.9, 0.5, unknown])
   weights = pool_lib.level_alpha_weights(pool, level_success, 0.01, 0.5, 20.0)
   np.testing.assert_allclose(np.asarray(weights),
-                             [0.0408 + 0.01, 1.01, 0.01, 1.01, 0, 0],
-                             rtol=1e-3)
+                             [0.0508, 0.505, 0.01, 0.505, 0, 0], rtol=1e-3)
   # Another α moves the weight: at α = 0.9 level 1 is the target.
   weights = pool_lib.level_alpha_weights(pool, level_success, 0.01, 0.9, 20.0)
-  np.testing.assert_allclose(np.asarray(weights)[:2],
-                             [1.01, np.exp(-20 * 0.16) + 0.01], rtol=1e-3)
+  np.testing.assert_allclose(
+      np.asarray(weights)[:2], [1.01, (np.exp(-20 * 0.16) + 0.01) / 2],
+      rtol=1e-3)
+  # A level's share does not grow with its rows: two more level-1 rows
+  # split level 1's weight three ways.
+  pool = pool_lib.add_tasks(pool, _rows([7, 8]), jnp.array([1, 1]),
+                            jnp.array([True, True]))
+  weights = np.asarray(pool_lib.level_alpha_weights(pool, level_success, 0.01,
+                                                    0.5, 20.0))
+  np.testing.assert_allclose(weights[[0, 4, 5]].sum(), 0.0508, rtol=1e-3)
   n = 20000
   idx = np.asarray(pool_lib.draw_indices(
       pool, jax.random.PRNGKey(0), n, "level_alpha", 0.01,
       level_success=level_success, alpha=0.5, beta=20.0))
   counts = np.bincount(idx, minlength=pool.capacity)
-  expected = np.array([0.0508, 1.01, 0.01, 1.01, 0, 0]) / 2.0808
-  np.testing.assert_allclose(counts / n, expected, atol=4 * np.sqrt(0.25 / n))
+  np.testing.assert_allclose(counts / n, weights / weights.sum(),
+                             atol=4 * np.sqrt(0.25 / n))
   with pytest.raises(ValueError, match="level_success"):
     pool_lib.draw_indices(pool, jax.random.PRNGKey(0), 4, "level_alpha", 0.01)
 
