@@ -30,17 +30,23 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = default.get_config()
   c.task = ml_collections.ConfigDict(dict(
       name="maze",
-      size=5,          # the grid's side W
-      max_turns=12,    # K moves per episode (>= level_width * levels)
-      level_width=2,   # difficulty level = ceil(shortest path / level_width)
-      levels=5,        # paths of 1..10 moves; longer ones are invalid mazes
+      # 6×6 grids, one level a move of the shortest path (paths of 1..12
+      # moves; longer ones are invalid mazes): fine levels let the seeds'
+      # draw (below) find the path length at which the agent succeeds α of
+      # the time, and the top level stays above the agent's reach. At 5×5
+      # with levels of two moves the agent passed 0.6 on the top level and
+      # success stayed above the band (docs/episodes.md).
+      size=6,          # the grid's side W
+      max_turns=14,    # K moves per episode (>= level_width * levels)
+      level_width=1,   # difficulty level = ceil(shortest path / level_width)
+      levels=12,
       # The simulator's prompt carries the agent's success on the seed.
       summary_signals=True,
   ))
   c.data = ml_collections.ConfigDict(dict(
       tfds_dir="",     # unused: mazes are drawn by genenv_jax/domains/maze/data.py
       num_train=8000,  # seed mazes, equal shares per level
-      num_test_per_level=50,
+      num_test_per_level=30,
   ))
   c.data.seed = c.get_ref("seed") + 0  # follows config.seed
   # Episodes: an action is one move and EOS (A = 2), an observation the
@@ -58,8 +64,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.grpo.kl_coef = 0.001  # the maze runs' (docs/episodes.md)
   c.warmstart.update(
       agent_steps=500, simulator_steps=1000, batch_size=64,
-      # Shortest paths through mostly easy mazes (levels 1..5).
-      agent_level_weights=(4, 2, 1, 0, 0),
+      # Shortest paths through mostly easy mazes (paths of 1..6 moves).
+      agent_level_weights=(4, 4, 2, 2, 1, 1),
       simulator_difficulty_step=1, checkpoint_every=100,
       # The simulator learns to edit its seed (a few cells) to the level
       # asked: drawing a maze of a given path length from scratch is beyond
@@ -68,7 +74,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # Co-evolution starts from a simulator asked for one level above its
       # seeds (then ± 1).
       simulator_start="hard",
-      simulator_start_offsets=ml_collections.ConfigDict(dict(hard=1, easy=-1)))
+      simulator_start_offsets=ml_collections.ConfigDict(dict(hard=2, easy=-2)))
   c.coevolve.update(num_steps=120, num_seeds=8, variations=4, attempts=8,
                     agent_epochs=1, agent_minibatches=2)
   # The simulator learns from each maze's own p̂ (its 8 episodes), imitating
@@ -90,7 +96,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.simulator_update.replay_share = 0.5
   # Seeds of every level: an edited seed keeps about its level, so the
   # hardest mazes the simulator writes are edits of hard seeds.
-  c.pool.update(capacity=4096, num_base=1024, base_max_difficulty=5,
+  c.pool.update(capacity=4096, num_base=1024, base_max_difficulty=12,
                 replay_tasks=8, generation_capacity=1024)
   # Held-out mazes per level, greedily and by 4 sampled episodes each.
   c.eval = ml_collections.ConfigDict(dict(every_steps=20, samples=4))
