@@ -6,11 +6,12 @@ A baseline arm (the arms of configs/default.py), optionally with smoke sizes:
   python -m train.main --config=configs/maze.py:frozen_env --workdir=runs/maze_frozen
   python -m train.main --config=configs/maze.py:smoke --workdir=/tmp/maze_smoke
 
-The simulator writes a 5×5 grid (walls, one start, one goal); the domain keeps
-it iff it is a maze with a path, and its difficulty is the shortest path's
-length (levels of 2 moves). The agent plays each written maze as an episode of
-up to 12 turns (one move a turn, its outcome and new surroundings observed),
-reward 1 on reaching the goal. Stage 1 teaches the agent shortest paths through
+The simulator writes a 6×6 grid (walls, one start, one goal); the domain keeps
+it iff it is a maze with a path of at most 12 moves, and its difficulty is the
+shortest path's length (one level a move). The agent plays each written maze as
+an episode of up to 14 turns (one move a turn, its outcome and new surroundings
+observed), reward 1 on reaching the goal. Seeds are drawn at the levels where
+the agent's recent success is nearest α. Stage 1 teaches the agent shortest paths through
 easy mazes and the simulator to draw mazes of every level; stage 2 is the
 co-evolution step of configs/default.py with `play_episodes` as its attempt
 stage (genenv_jax/episodes.py, genenv_jax/domains/maze/domain.py).
