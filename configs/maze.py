@@ -6,12 +6,12 @@ A baseline arm (the arms of configs/default.py), optionally with smoke sizes:
   python -m train.main --config=configs/maze.py:frozen_env --workdir=runs/maze_frozen
   python -m train.main --config=configs/maze.py:smoke --workdir=/tmp/maze_smoke
 
-The simulator writes a 6×6 grid (walls, one start, one goal); the domain keeps
-it iff it is a maze with a path of at most 12 moves, and its difficulty is the
-shortest path's length (one level a move). The agent plays each written maze as
-an episode of up to 14 turns (one move a turn, its outcome and new surroundings
-observed), reward 1 on reaching the goal. Seeds are drawn at the levels where
-the agent's recent success is nearest α. Stage 1 teaches the agent shortest paths through
+The simulator writes a 5×5 grid (walls, one start, one goal); the domain keeps
+it iff it is a maze with a path, and its difficulty is the shortest path's
+length (levels of 2 moves). The agent plays each written maze as an episode of
+up to 12 turns (one move a turn, its outcome and new surroundings observed),
+reward 1 on reaching the goal. Seeds are drawn at the levels where the agent's
+recent success is nearest α. Stage 1 teaches the agent shortest paths through
 easy mazes and the simulator to draw mazes of every level; stage 2 is the
 co-evolution step of configs/default.py with `play_episodes` as its attempt
 stage (genenv_jax/episodes.py, genenv_jax/domains/maze/domain.py).
@@ -31,23 +31,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = default.get_config()
   c.task = ml_collections.ConfigDict(dict(
       name="maze",
-      # 6×6 grids, one level a move of the shortest path (paths of 1..12
-      # moves; longer ones are invalid mazes): fine levels let the seeds'
-      # draw (below) find the path length at which the agent succeeds α of
-      # the time, and the top level stays above the agent's reach. At 5×5
-      # with levels of two moves the agent passed 0.6 on the top level and
-      # success stayed above the band (docs/episodes.md).
-      size=6,          # the grid's side W
-      max_turns=14,    # K moves per episode (>= level_width * levels)
-      level_width=1,   # difficulty level = ceil(shortest path / level_width)
-      levels=12,
+      size=5,          # the grid's side W
+      max_turns=12,    # K moves per episode (>= level_width * levels)
+      level_width=2,   # difficulty level = ceil(shortest path / level_width)
+      levels=5,        # paths of 1..10 moves; longer ones are invalid mazes
       # The simulator's prompt carries the agent's success on the seed.
       summary_signals=True,
   ))
   c.data = ml_collections.ConfigDict(dict(
       tfds_dir="",     # unused: mazes are drawn by genenv_jax/domains/maze/data.py
       num_train=8000,  # seed mazes, equal shares per level
-      num_test_per_level=30,
+      num_test_per_level=50,
   ))
   c.data.seed = c.get_ref("seed") + 0  # follows config.seed
   # Episodes: an action is one move and EOS (A = 2), an observation the
@@ -65,8 +59,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.grpo.kl_coef = 0.001  # the maze runs' (docs/episodes.md)
   c.warmstart.update(
       agent_steps=500, simulator_steps=1000, batch_size=64,
-      # Shortest paths through mostly easy mazes (paths of 1..6 moves).
-      agent_level_weights=(4, 4, 2, 2, 1, 1),
+      # Shortest paths through mostly easy mazes (levels 1..5).
+      agent_level_weights=(4, 2, 1, 0, 0),
       simulator_difficulty_step=1, checkpoint_every=100,
       # The simulator learns to edit its seed (a few cells) to the level
       # asked: drawing a maze of a given path length from scratch is beyond
@@ -75,7 +69,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # Co-evolution starts from a simulator asked for one level above its
       # seeds (then ± 1).
       simulator_start="hard",
-      simulator_start_offsets=ml_collections.ConfigDict(dict(hard=2, easy=-2)))
+      simulator_start_offsets=ml_collections.ConfigDict(dict(hard=1, easy=-1)))
   c.coevolve.update(num_steps=120, num_seeds=8, variations=4, attempts=8,
                     agent_epochs=1, agent_minibatches=2)
   # The simulator learns from each maze's own p̂ (its 8 episodes), imitating
@@ -92,12 +86,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # about its seed's level, so what the simulator writes follows the level
   # at the agent's edge as the agent learns. Learnability-drawn seeds (the
   # arithmetic demo's) left success at 0.81-0.85, 0% of windows in band
-  # (docs/episodes.md).
+  # (docs/episodes.md). A 6×6 grid with one level a move held the band less
+  # (0-25% of windows at seeds 0-2) and took twice the time.
   c.coevolve.seed_selection = "level_alpha"
   c.simulator_update.replay_share = 0.5
   # Seeds of every level: an edited seed keeps about its level, so the
   # hardest mazes the simulator writes are edits of hard seeds.
-  c.pool.update(capacity=4096, num_base=1024, base_max_difficulty=12,
+  c.pool.update(capacity=4096, num_base=1024, base_max_difficulty=5,
                 replay_tasks=8, generation_capacity=1024)
   # Held-out mazes per level, greedily and by 4 sampled episodes each.
   c.eval = ml_collections.ConfigDict(dict(every_steps=20, samples=4))
