@@ -6,6 +6,8 @@ import inspect
 import pathlib
 import re
 
+import pytest
+
 from genenv_jax import domains
 from genenv_jax.domains import base
 
@@ -40,12 +42,15 @@ def test_the_rule_catches_a_branch():
 def test_every_registered_domain_implements_the_interface():
   abstract = {name for name, member in vars(base.TaskDomain).items()
               if getattr(member, "__isabstractmethod__", False)}
-  assert {"check_config", "seed_splits", "parse", "from_config"} <= abstract
-  for name, cls in domains.DOMAINS.items():
-    assert issubclass(cls, base.TaskDomain), name
-    assert not inspect.isabstract(cls), (name, cls.__abstractmethods__)
-    if cls.edits_seeds:
-      assert cls.edit_variations is not base.TaskDomain.edit_variations, name
+  assert {"check_config", "parse", "from_config"} <= abstract
+  for name, entry in domains.DOMAINS.items():
+    assert issubclass(entry.domain, base.TaskDomain), name
+    assert not inspect.isabstract(entry.domain), (
+        name, entry.domain.__abstractmethods__)
+    assert callable(entry.seed_splits), name
+    assert domains.registered(name) is entry
+  with pytest.raises(ValueError, match="known: \\['arithmetic'"):
+    domains.registered("chess")
 
 
 def test_train_keeps_few_flat_modules():

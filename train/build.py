@@ -14,6 +14,7 @@ import numpy as np
 import optax
 
 from genenv_jax import coevolve
+from genenv_jax import domains
 from genenv_jax import scripted
 from genenv_jax import sharding
 from models import decoder
@@ -134,11 +135,11 @@ def create_state(config, domain, players, agent_params, simulator_params,
 
 
 def seed_data(config, domain, workdir: str) -> tuple[dict, dict]:
-  """The domain's seed data (`TaskDomain.seed_splits`), tensorflow-datasets
+  """The domain's seed data (`genenv_jax.domains.seed_splits`), tensorflow-datasets
   builders preparing theirs in config.data.tfds_dir, else <workdir>/tfds."""
   data_dir = (config.data.tfds_dir
               or str(checkpointing.workdir_path(workdir) / "tfds"))
-  return domain.seed_splits(config, data_dir)
+  return domains.seed_splits(config, domain, data_dir)
 
 
 def base_row_indices(config, train_difficulty: np.ndarray) -> np.ndarray:

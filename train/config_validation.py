@@ -66,7 +66,7 @@ def _mesh(config, num_devices: int) -> tuple[int, int, int]:
 
 def _task_and_data(config) -> None:
   fields.choice(config, "task.name", DOMAINS)
-  DOMAINS[config.task.name].check_config(config)
+  DOMAINS[config.task.name].domain.check_config(config)
   fields.integer(config, "data.seed")
 
 
@@ -89,7 +89,7 @@ def _warmstart(config, dims) -> None:
   fields.choice(config, "warmstart.simulator_start", SIMULATOR_STARTS)
   fields.choice(config, "warmstart.simulator_lessons", SIMULATOR_LESSONS)
   if ws.simulator_lessons == "edited":
-    if not DOMAINS[config.task.name].edits_seeds:
+    if DOMAINS[config.task.name].edit_variations is None:
       fields.fail("warmstart.simulator_lessons", ws.simulator_lessons,
                   f"'drawn' for task {config.task.name!r} (its domain does not "
                   "edit seeds)")

@@ -8,6 +8,7 @@ prompt, with AdamW, on batches drawn from the seed data.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 from absl import logging
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from genenv_jax import domains
 from genenv_jax import policy
 from genenv_jax import sharding
 from genenv_jax.domains.base import TaskDomain
@@ -284,12 +286,13 @@ SIMULATOR_LESSONS = ("drawn", "edited")
 def lesson_edit(config, domain: TaskDomain):
   """The `edit` of `simulator_data` that config.warmstart.simulator_lessons
   names: None for "drawn" (targets drawn from the seed data), the domain's
-  `edit_variations` for "edited"."""
+  registered `edit_variations` for "edited"."""
   lessons = config.warmstart.simulator_lessons
   if lessons == "drawn":
     return None
-  if lessons == "edited" and domain.edits_seeds:
-    return domain.edit_variations
+  edit = domains.registered(config.task.name).edit_variations
+  if lessons == "edited" and edit is not None:
+    return functools.partial(edit, domain)
   raise ValueError(
       f"config.warmstart.simulator_lessons={lessons!r} with "
       f"config.task.name={config.task.name!r}: expected one of "

@@ -162,9 +162,6 @@ class TaskDomain(abc.ABC):
     return jnp.where(mask & jnp.isin(tokens, jnp.asarray(extra)), self.eos_id,
                      tokens)
 
-  # Whether `edit_variations` exists: the warm-start's "edited" lessons.
-  edits_seeds: bool = False
-
   @classmethod
   @abc.abstractmethod
   def from_config(cls, config: Any) -> TaskDomain:
@@ -177,24 +174,6 @@ class TaskDomain(abc.ABC):
     config.data.*, and any other section it constrains) before anything is
     built; raises ValueError naming the first bad field
     (genenv_jax.config_fields)."""
-
-  @abc.abstractmethod
-  def seed_splits(self, config: Any, data_dir: str) -> tuple[dict, dict]:
-    """The seed data (host side): (train, test) splits, each
-    {"task": int32[n, task_len] written-task rows, "difficulty": int32[n]}.
-    The train split seeds D_train and the warm-start; the test split is the
-    held-out evaluation set and is never trained on. `data_dir` is where a
-    tensorflow-datasets builder prepares its files. Deterministic in
-    config.data.seed; raises ValueError naming the source when a split is
-    empty."""
-
-  def edit_variations(self, seed_rows: np.ndarray, wanted: np.ndarray,
-                      rng: np.random.Generator) -> np.ndarray:
-    """Host side, for domains with `edits_seeds`: int32[n, task_len]
-    variations of seed_rows int32[n, task_len], each edited towards the level
-    wanted int[n]: the targets of the warm-start's "edited" lessons."""
-    raise NotImplementedError(
-        f"{type(self).__name__} does not edit seeds (edits_seeds is False).")
 
   @abc.abstractmethod
   def simulator_prompt(

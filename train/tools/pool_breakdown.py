@@ -27,6 +27,7 @@ import os
 
 import numpy as np
 
+from genenv_jax import domains
 from genenv_jax import pool as pool_lib
 from genenv_jax.domains import ArithmeticDomain, get_domain
 from train import build
@@ -38,7 +39,7 @@ def generated_rows(config, domain, workdir: str, pool: dict[str, np.ndarray]
   """The generated rows of a checkpoint's D_train: {"task": int32[n, L],
   "difficulty": int32[n], "success": f32[n]}, rows [base_size, size)."""
   data_dir = config.data.tfds_dir or os.path.join(workdir, "tfds")
-  train, _ = domain.seed_splits(config, data_dir)
+  train, _ = domains.seed_splits(config, domain, data_dir)
   base_size = build.base_row_indices(config, train["difficulty"]).size
   rows = slice(base_size, int(pool["size"]))
   return {"task": pool["tasks"][rows], "difficulty": pool["difficulty"][rows],

@@ -118,15 +118,6 @@ class ArithmeticDomain(TaskDomain):
     fields.integer(config, "data.num_test_per_level", low=1)
     fields.level_weights(config, "task.max_digits")
 
-  def seed_splits(self, config: Any, data_dir: str) -> tuple[dict, dict]:
-    """Additions at every level (`data.arithmetic_splits`), prepared by the
-    ArithmeticTasks tensorflow-datasets builder in `data_dir`."""
-    # Imported here: the data module imports this one.
-    from genenv_jax.domains.arithmetic import data  # pylint: disable=import-outside-toplevel
-    builder_config = data.builder_config_from(config)
-    return (data.load_split(builder_config, "train", data_dir),
-            data.load_split(builder_config, "test", data_dir))
-
   @property
   def task_len(self) -> int:
     """Digits of both operands, '+', '=', EOS."""

@@ -22,15 +22,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+from absl import logging
 import numpy as np
 
 from genenv_jax.scoring import InputError
 from genenv_jax.scoring import bfcl_multi_turn as mt
 from genenv_jax.scoring import bfcl_prompt
 from genenv_jax.scoring import bfcl_variations as bv
-from genenv_jax.domains.bfcl_multi_turn.domain import BfclMultiTurnDomain
+from genenv_jax.domains.bfcl_multi_turn.domain import (CATEGORIES,
+                                                       BfclMultiTurnDomain)
 
-CATEGORIES = ("multi_turn_base", "multi_turn_miss_param")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,15 +96,33 @@ def bfcl_splits(domain: BfclMultiTurnDomain, categories: Sequence[str],
   return splits
 
 
+def seed_splits(domain: BfclMultiTurnDomain, config, data_dir: str
+                ) -> tuple[dict, dict]:
+  """The run's seed data (the registry's `seed_splits`): BFCL's
+  multi-turn entries of config.data.categories split into seeds and a
+  held-out set (`bfcl_splits`); `data_dir` is unused."""
+  del data_dir
+  splits = bfcl_splits(
+      domain, tuple(config.data.categories), config.data.test_fraction,
+      config.data.seed, config.data.max_seed_turns, config.task.data_dir)
+  for name, split in splits.items():
+    if not len(split.rows):
+      raise ValueError(f"BFCL multi-turn: no {name} entry fits the domain's widths "
+                       f"({split.num_dropped} dropped; widen config.task's widths "
+                       "or lower config.data.max_seed_turns).")
+    logging.info("BFCL multi-turn seeds: %d %s entries, %d dropped.",
+                 len(split.rows), name, split.num_dropped)
+  return tuple({"task": splits[name].rows, "difficulty": splits[name].difficulty}
+               for name in ("train", "test"))
+
 
 def main(argv) -> None:
   """Prints each split's size, drops and levels for --config (its task's
   widths and its data section)."""
   del argv
   from absl import flags  # pylint: disable=import-outside-toplevel
-  from genenv_jax.domains import get_domain  # pylint: disable=import-outside-toplevel
   config = flags.FLAGS.config
-  splits = bfcl_splits(get_domain(config.task), tuple(config.data.categories),
+  splits = bfcl_splits(BfclMultiTurnDomain.from_config(config.task), tuple(config.data.categories),
                        config.data.test_fraction, config.data.seed,
                        config.data.max_seed_turns, config.task.data_dir)
   for name, split in splits.items():

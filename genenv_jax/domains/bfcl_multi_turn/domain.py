@@ -46,7 +46,6 @@ import hashlib
 import threading
 from typing import Any, Sequence
 
-from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -62,6 +61,8 @@ from genenv_jax.scoring import bfcl_variations as bv
 from genenv_jax.domains.text import domain as text
 from genenv_jax.domains.base import ParsedTasks, TaskDomain, generation_rows
 
+# BFCL's multi-turn categories this domain seeds from (config.data.categories).
+CATEGORIES = ("multi_turn_base", "multi_turn_miss_param")
 FUNCTION_DOCS = ("bfcl", "names")
 DEFAULT_SIMULATOR_INSTRUCTION = (
     "Here is a multi-turn tool-use task: the API classes, their initial state as "
@@ -167,33 +168,14 @@ class BfclMultiTurnDomain(TaskDomain):
                   "max_difficulty"):
       fields.integer(config, f"task.{field}", low=1)
     fields.choice(config, "task.function_docs", FUNCTION_DOCS)
-    from genenv_jax.domains.bfcl_multi_turn import data  # pylint: disable=import-outside-toplevel
     categories = tuple(config.data.categories)
-    if not categories or not set(categories) <= set(data.CATEGORIES):
-      fields.fail("data.categories", categories, f"some of {data.CATEGORIES}")
+    if not categories or not set(categories) <= set(CATEGORIES):
+      fields.fail("data.categories", categories, f"some of {CATEGORIES}")
     fields.integer(config, "data.max_seed_turns", low=0)
     fields.number(config, "data.test_fraction", low=0.0, high=1.0,
                   open_low=True, open_high=True)
     fields.choice(config, "episodes.reward", episodes.EPISODE_REWARDS)
     fields.choice(config, "episodes.truncated", episodes.TRUNCATED)
-
-  def seed_splits(self, config: Any, data_dir: str) -> tuple[dict, dict]:
-    """BFCL's multi-turn entries of config.data.categories split into seeds
-    and a held-out set (`data.bfcl_splits`); `data_dir` is unused."""
-    del data_dir
-    from genenv_jax.domains.bfcl_multi_turn import data  # pylint: disable=import-outside-toplevel
-    splits = data.bfcl_splits(
-        self, tuple(config.data.categories), config.data.test_fraction,
-        config.data.seed, config.data.max_seed_turns, config.task.data_dir)
-    for name, split in splits.items():
-      if not len(split.rows):
-        raise ValueError(f"BFCL multi-turn: no {name} entry fits the domain's widths "
-                         f"({split.num_dropped} dropped; widen config.task's widths "
-                         "or lower config.data.max_seed_turns).")
-      logging.info("BFCL multi-turn seeds: %d %s entries, %d dropped.",
-                   len(split.rows), name, split.num_dropped)
-    return tuple({"task": splits[name].rows, "difficulty": splits[name].difficulty}
-                 for name in ("train", "test"))
 
   @property
   def stop_ids(self) -> tuple[int, ...]:

@@ -152,3 +152,13 @@ def _levels(domain: maze.MazeDomain, cells: np.ndarray) -> np.ndarray:
   dist = shortest_paths(cells.reshape(-1, domain.size, domain.size))
   level = -(-dist // domain.level_width)
   return np.where(dist <= domain.longest_path, level, 0)
+
+
+def seed_splits(domain: maze.MazeDomain, config, data_dir: str
+                ) -> tuple[dict, dict]:
+  """The run's seed data (the registry's `seed_splits`): random grids in
+  equal shares per level (`maze_splits`); nothing is downloaded, `data_dir`
+  is unused."""
+  del data_dir
+  return maze_splits(domain, config.data.seed, config.data.num_train,
+                     config.data.num_test_per_level)

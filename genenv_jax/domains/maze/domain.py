@@ -220,23 +220,6 @@ class MazeDomain(TaskDomain):
     fields.integer(config, "eval.samples", low=0)
     fields.level_weights(config, "task.levels")
 
-  def seed_splits(self, config: Any, data_dir: str) -> tuple[dict, dict]:
-    """Random grids in equal shares per level (`data.maze_splits`); nothing
-    is downloaded, `data_dir` is unused."""
-    del data_dir
-    from genenv_jax.domains.maze import data  # pylint: disable=import-outside-toplevel
-    return data.maze_splits(self, config.data.seed, config.data.num_train,
-                            config.data.num_test_per_level)
-
-  edits_seeds = True
-
-  def edit_variations(self, seed_rows: np.ndarray, wanted: np.ndarray,
-                      rng: np.random.Generator) -> np.ndarray:
-    """Each seed with one to three cells changed towards its wanted level
-    (`data.edited_variations`)."""
-    from genenv_jax.domains.maze import data  # pylint: disable=import-outside-toplevel
-    return data.edited_variations(self, seed_rows, wanted, rng)
-
   @property
   def longest_path(self) -> int:
     return self.level_width * self.levels

@@ -44,15 +44,15 @@ import json
 import os
 from typing import Any, NamedTuple, Sequence
 
+from absl import logging
 import jax
 import numpy as np
 
-from genenv_jax.domains import base
+from genenv_jax.domains.base import library_console
 from genenv_jax.domains.text import verifiers as text_verifiers
-from genenv_jax.domains.text.domain import TextDomain
+from genenv_jax.domains.text.domain import FORMATS, TextDomain
 from genenv_jax.scoring import InputError, read_jsonl, read_jsonl_lines
 
-FORMATS = ("prompt_answer", "bfcl")
 JSON_SUFFIXES = (".jsonl", ".json")
 PARQUET_SUFFIX = ".parquet"
 TEST_PREFIX = "test"
@@ -299,7 +299,7 @@ def load_split(config: TextTasksConfig, split: str, data_dir: str) -> list[TextR
 
   builder = text_tasks_builder().for_config(config, data_dir=data_dir)
   tfds.disable_progress_bar()
-  with base.library_console():
+  with library_console():
     builder.download_and_prepare()
   if split not in builder.info.splits:
     raise ValueError(f"split {split!r} not in {builder.name}: {sorted(builder.info.splits)}")
@@ -357,3 +357,25 @@ def load_seed_rows(config: Any, domain: TextDomain, data_dir: str) -> dict[str, 
   spec = config_from(config)
   return {split: seed_rows(domain, load_split(spec, split, data_dir))
           for split in ("train", "test")}
+
+
+def seed_splits(domain: TextDomain, config: Any, data_dir: str
+                ) -> tuple[dict, dict]:
+  """The run's seed data (the registry's `seed_splits`): the records of
+  config.data.source_dir (JSONL, parquet or BFCL files; `load_seed_rows`)
+  that fit the domain's widths, prepared by the TextTasks builder in
+  `data_dir`."""
+  splits = load_seed_rows(config, domain, data_dir)
+  for name, split in splits.items():
+    if not len(split.rows):
+      raise ValueError(
+          f"config.data.source_dir={config.data.source_dir!r}: no {name} "
+          f"record fits the text domain's widths ({split.num_dropped} "
+          "dropped).")
+    if split.num_dropped:
+      logging.warning("Seed data: %d %s records dropped (too long for the "
+                      "domain's widths or not parseable).",
+                      split.num_dropped, name)
+  return tuple({"task": splits[name].rows,
+                "difficulty": splits[name].difficulty}
+               for name in ("train", "test"))

@@ -62,7 +62,6 @@ import json
 import os
 from typing import Any, NamedTuple, Sequence
 
-from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -90,6 +89,10 @@ DEFAULT_SIGNAL_TEMPLATE = "The solver currently answers {rate} of such tasks cor
 # A string no instruction contains; slots are replaced by it before the chat template
 # is rendered, and the rendered text is split at it.
 _SENTINEL = "\u27e6genenv-slot-{}\u27e7"
+
+
+# The formats of seed files `data.py` reads (config.data.format).
+FORMATS = ("prompt_answer", "bfcl")
 
 
 class PromptTemplate(NamedTuple):
@@ -404,31 +407,9 @@ class TextDomain(TaskDomain):
     for field in ("max_task_tokens", "max_answer_tokens", "max_written_tokens",
                   "max_difficulty"):
       fields.integer(config, f"task.{field}", low=1)
-    from genenv_jax.domains.text import data  # pylint: disable=import-outside-toplevel
-    fields.choice(config, "data.format", data.FORMATS)
+    fields.choice(config, "data.format", FORMATS)
     fields.number(config, "data.test_fraction", low=0.0, high=1.0,
                   open_high=True)
-
-  def seed_splits(self, config: Any, data_dir: str) -> tuple[dict, dict]:
-    """The records of config.data.source_dir (JSONL, parquet or BFCL files;
-    `data.load_seed_rows`) that fit the domain's widths, prepared by the
-    TextTasks tensorflow-datasets builder in `data_dir`."""
-    # Imported here: the data module imports this one.
-    from genenv_jax.domains.text import data  # pylint: disable=import-outside-toplevel
-    splits = data.load_seed_rows(config, self, data_dir)
-    for name, split in splits.items():
-      if not len(split.rows):
-        raise ValueError(
-            f"config.data.source_dir={config.data.source_dir!r}: no {name} "
-            f"record fits the text domain's widths ({split.num_dropped} "
-            "dropped).")
-      if split.num_dropped:
-        logging.warning("Seed data: %d %s records dropped (too long for the "
-                        "domain's widths or not parseable).",
-                        split.num_dropped, name)
-    return tuple({"task": splits[name].rows,
-                  "difficulty": splits[name].difficulty}
-                 for name in ("train", "test"))
 
   checkpoint_stop_ids: tuple[int, ...] = ()
 
