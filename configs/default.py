@@ -164,6 +164,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # α-curriculum reward exp(-β (p_l - α)²) of that level estimate, seeds
       # curated by the simulator's own reward (sharper than p(1 - p)).
       seed_selection="learnability",
+      # The per-level success the level selections of seeds read (see
+      # genenv_jax/coevolve.py:seed_level_estimate): "attempted" (the
+      # agent's success on tasks of that level) or "offspring" (on the tasks
+      # written from seeds of that level; agent/offspring_success_d<l>).
+      seed_level_estimate="attempted",
       seed_trim=0.0,         # > 0 (uniform seeds only): seeds skip this
                              # fraction of the lowest- and of the
                              # highest-scoring rows (by agent success)

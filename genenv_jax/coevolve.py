@@ -58,6 +58,7 @@ GENERATIONS = ("online", "static") + scripted.SCRIPTED_GENERATIONS
 KEEP_GENERATED = ("all", "latest")
 ADMIT_GENERATED = ("valid", "informative")
 SAMPLING_LAYOUTS = ("gathered", "training")
+SEED_LEVEL_ESTIMATES = ("attempted", "offspring")
 
 
 def _concat_parsed(a: ParsedTasks, b: ParsedTasks) -> ParsedTasks:
@@ -74,6 +75,20 @@ def _chunk_size(config) -> int:
 
 
 # ------------------------------------------------------------------- stages
+
+
+def seed_level_estimate(config, state: CoevolveState) -> jax.Array:
+  """f32[D] the per-level success the level-based seed selections read
+  (config.coevolve.seed_level_estimate): "attempted", the agent's success
+  on tasks of each level; or "offspring", its success on the tasks written
+  from seeds of each level, falling back to "attempted" at a level no seed
+  has yet been drawn from. A variation does not keep its seed's level
+  exactly (edits that shorten a maze's path outnumber those that lengthen
+  it), so the offspring estimate is what a seed of that level yields."""
+  if config.coevolve.seed_level_estimate == "attempted":
+    return state.level_success
+  return jnp.where(state.offspring_success >= 0, state.offspring_success,
+                   state.level_success)
 
 
 def write_tasks(config, domain: TaskDomain, players: Players,
@@ -111,7 +126,8 @@ def write_tasks(config, domain: TaskDomain, players: Players,
     seed_idx = pool_lib.draw_indices(state.pool, seed_key, cc.num_seeds,
                                      cc.seed_selection,
                                      config.pool.learnability_floor,
-                                     cc.seed_trim, state.level_success,
+                                     cc.seed_trim, seed_level_estimate(
+                                         config, state),
                                      config.curriculum.alpha,
                                      config.curriculum.beta)
     seed_success = state.pool.success[seed_idx]
@@ -422,13 +438,14 @@ def update_pools(config, state: CoevolveState, generation: Generation,
                  attempts: Attempts, replay_idx: jax.Array | None,
                  signals: curriculum.CurriculumOutput
                  ) -> tuple[pool_lib.TaskPool, pool_lib.GenerationPool,
-                            jax.Array]:
+                            jax.Array, jax.Array]:
   """Stage 8's pools: fresh tasks (the valid ones, or with pool.admit =
   "informative" those whose attempts disagree), with the agent's success on
   each, into D_train, replayed tasks' success recorded, kept generations into
-  D_env, and the per-level success estimate f32[D] updated from every
-  attempted task (genenv_jax/scripted.py). Returns (D_train, D_env, the
-  estimate)."""
+  D_env, the per-level success estimate f32[D] updated from every
+  attempted task (genenv_jax/scripted.py) and the offspring estimate f32[D]
+  from the valid fresh tasks, each under its seed's level. Returns (D_train,
+  D_env, the level estimate, the offspring estimate)."""
   fresh = generation.tasks
   num_fresh = fresh.valid.shape[0]
   task_success = curriculum.success_rate(
@@ -455,7 +472,14 @@ def update_pools(config, state: CoevolveState, generation: Generation,
   level_success = scripted.update_level_success(
       state.level_success, attempts.tasks.difficulty, task_success,
       attempts.tasks.valid, config.coevolve.level_success_ema)
-  return pool, generation_pool, level_success
+  offspring_success = state.offspring_success
+  if out is not None:
+    seed_level = jnp.repeat(state.pool.difficulty[generation.seed_idx],
+                            config.coevolve.variations)
+    offspring_success = scripted.update_level_success(
+        offspring_success, seed_level, task_success[:num_fresh], fresh.valid,
+        config.coevolve.level_success_ema)
+  return pool, generation_pool, level_success, offspring_success
 
 
 # --------------------------------------------------------------------- step
@@ -592,15 +616,17 @@ def make_step(config, domain: TaskDomain, players: Players,
         simulator, simulator_metrics = simulator_update(
             config, players, state.simulator, batch)
     # 8. Pools and metrics.
-    pool, generation_pool, level_success = update_pools(
+    pool, generation_pool, level_success, offspring_success = update_pools(
         config, state, generation, attempts, replay_idx, signals)
     metrics = step_metrics(config, domain, state, generation, attempts,
                            signals, agent_metrics, simulator_kl,
                            simulator_metrics)
     metrics.update(level_success_metrics(level_success))
+    metrics.update(level_success_metrics(offspring_success, "offspring"))
     new_state = CoevolveState(agent=agent, simulator=simulator, pool=pool,
                               generation_pool=generation_pool, rng=state.rng,
-                              step=state.step + 1, level_success=level_success)
+                              step=state.step + 1, level_success=level_success,
+                              offspring_success=offspring_success)
     return new_state, metrics
 
   return step

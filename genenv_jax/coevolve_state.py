@@ -45,6 +45,11 @@ class CoevolveState:
   # any attempt (genenv_jax/scripted.py: the estimator; oracle_learnability
   # draws its levels from it).
   level_success: jax.Array
+  # f32[D] the agent's recent success on the tasks written from seeds of each
+  # level 1..D (the same estimator, keyed by the seed's level instead of the
+  # written task's; online generation only): what a seed of that level
+  # yields, which `coevolve.seed_level_estimate="offspring"` draws by.
+  offspring_success: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)

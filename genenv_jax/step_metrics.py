@@ -93,10 +93,11 @@ def step_metrics(config, domain: TaskDomain, state: CoevolveState,
   return metrics
 
 
-def level_success_metrics(level_success: jax.Array) -> dict:
-  """The per-level success estimate f32[D] after the step, as `ratio`s
-  "agent/level_success_d<l>" (count 0 while a level is unknown)."""
-  return {f"agent/level_success_d{level + 1}": ratio(
+def level_success_metrics(level_success: jax.Array, name: str = "level"
+                          ) -> dict:
+  """A per-level success estimate f32[D] after the step, as `ratio`s
+  "agent/<name>_success_d<l>" (count 0 while a level is unknown)."""
+  return {f"agent/{name}_success_d{level + 1}": ratio(
               jnp.maximum(level_success[level], 0.0), level_success[level] >= 0)
           for level in range(level_success.shape[0])}
 

@@ -264,10 +264,59 @@ def test_fresh_tasks_admitted_to_d_train(admit, added):
   success = jnp.array([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
   state = types.SimpleNamespace(
       pool=pool_lib.create_task_pool(_rows([1, 2]), np.array([1, 1]), 8),
-      generation_pool=None, level_success=jnp.full((2,), -1.0))
-  pool, _, _ = coevolve.update_pools(
+      generation_pool=None, level_success=jnp.full((2,), -1.0),
+      offspring_success=jnp.full((2,), -1.0))
+  pool, _, _, _ = coevolve.update_pools(
       config, state, coevolve.Generation(jnp.zeros((2,), jnp.int32), None,
                                          None, None, fresh),
       coevolve.Attempts(fresh, None, success, success), None, None)
   np.testing.assert_array_equal(np.asarray(pool.tasks[2:int(pool.size), 0]),
                                 added)
+
+
+def test_offspring_estimate_keys_fresh_tasks_by_their_seeds_level():
+  """coevolve.update_pools: the offspring estimate averages the valid fresh
+  tasks' success under their seed's level (not their own), and
+  seed_level_estimate reads it, falling back to the attempted estimate at a
+  level no seed has yet come from."""
+  config = default.get_config("smoke")
+  config.coevolve.variations = 2
+  config.coevolve.level_success_ema = 0.5
+  # Two seeds: pool rows 0 (level 3) and 1 (level 1), two variations each,
+  # written at levels 2, 2 (seed of level 3) and 1, 0 (invalid).
+  fresh = ParsedTasks(
+      prompt=jnp.ones((4, 2), jnp.int32), prompt_mask=jnp.ones((4, 2), bool),
+      reference=jnp.ones((4, 1), jnp.int32),
+      reference_mask=jnp.ones((4, 1), bool),
+      valid=jnp.array([True, True, True, False]),
+      difficulty=jnp.array([2, 2, 1, 0]),
+      task=jnp.asarray(_rows([10, 11, 12, 13])))
+  success = jnp.array([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
+  state = types.SimpleNamespace(
+      pool=pool_lib.create_task_pool(_rows([1, 2]), np.array([3, 1]), 8),
+      generation_pool=pool_lib.create_generation_pool(8, 2, 3),
+      level_success=jnp.array([-1.0, 0.9, 0.2]),
+      offspring_success=jnp.array([-1.0, -1.0, 0.6]))
+  out = types.SimpleNamespace(tokens=fresh.task, mask=fresh.task > 0)
+  signals = types.SimpleNamespace(reward=jnp.zeros((4,)),
+                                  keep=jnp.zeros((4,), bool))
+  _, _, level, offspring = coevolve.update_pools(
+      config, state, coevolve.Generation(
+          jnp.array([0, 1]), fresh.prompt, fresh.prompt_mask, out, fresh),
+      coevolve.Attempts(fresh, None, success, success), None, signals)
+  # Levels by the written task: level 1 <- 1.0 (unknown before), level 2
+  # <- 0.5·0.9 + 0.5·0.25.
+  np.testing.assert_allclose(np.asarray(level), [1.0, 0.575, 0.2])
+  # By the seed's level: level 1 <- 1.0 (its invalid variation left out),
+  # level 3 <- 0.5·0.6 + 0.5·0.25; level 2 had no seed.
+  np.testing.assert_allclose(np.asarray(offspring), [1.0, -1.0, 0.425])
+  config.coevolve.seed_level_estimate = "offspring"
+  after = types.SimpleNamespace(level_success=level,
+                                offspring_success=offspring)
+  np.testing.assert_allclose(
+      np.asarray(coevolve.seed_level_estimate(config, after)),
+      [1.0, 0.575, 0.425])
+  config.coevolve.seed_level_estimate = "attempted"
+  np.testing.assert_allclose(
+      np.asarray(coevolve.seed_level_estimate(config, after)),
+      [1.0, 0.575, 0.2])

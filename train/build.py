@@ -130,7 +130,9 @@ def create_state(config, domain, players, agent_params, simulator_params,
       rng=sharding.from_host(host["rng"], shardings.rng),
       step=sharding.from_host(host["step"], shardings.step),
       level_success=sharding.from_host(host["level_success"],
-                                       shardings.level_success))
+                                       shardings.level_success),
+      offspring_success=sharding.from_host(host["offspring_success"],
+                                           shardings.offspring_success))
   return state, shardings
 
 

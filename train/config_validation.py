@@ -137,6 +137,8 @@ def _coevolve(config, dims) -> None:
   fields.choice(config, "coevolve.sampling_layout", coevolve.SAMPLING_LAYOUTS)
   fields.number(config, "coevolve.seed_trim", low=0.0, high=0.5, open_high=True)
   fields.choice(config, "coevolve.seed_selection", pool_lib.SELECTIONS)
+  fields.choice(config, "coevolve.seed_level_estimate",
+                coevolve.SEED_LEVEL_ESTIMATES)
   if cc.seed_trim and cc.seed_selection != "uniform":
     fields.fail("coevolve.seed_trim", cc.seed_trim,
                 "0 with config.coevolve.seed_selection="

@@ -94,7 +94,8 @@ def state_shardings(players: coevolve.Players, state, mesh):
       simulator=player(state.simulator, players.simulator_opt, "simulator"),
       pool=everywhere(state.pool),
       generation_pool=everywhere(state.generation_pool),
-      rng=replicated, step=replicated, level_success=replicated)
+      rng=replicated, step=replicated, level_success=replicated,
+      offspring_success=replicated)
 
 
 def abstract_params(model_config, mesh, rules):
@@ -110,7 +111,7 @@ def abstract_params(model_config, mesh, rules):
 
 def host_parts(config, domain, base_rows: np.ndarray,
                base_difficulty: np.ndarray) -> dict:
-  """The step-0 state's pools, rng, step and per-level success estimate
+  """The step-0 state's pools, rng, step and per-level success estimates
   (every level unknown) as host arrays (the same on every process).
 
   Args:
@@ -125,7 +126,9 @@ def host_parts(config, domain, base_rows: np.ndarray,
           domain.simulator_len),
       rng=jax.random.PRNGKey(config.seed + 3),
       step=np.int32(0),
-      level_success=scripted.initial_level_success(domain.max_difficulty))
+      level_success=scripted.initial_level_success(domain.max_difficulty),
+      offspring_success=scripted.initial_level_success(
+          domain.max_difficulty))
 
 
 def abstract_state(config, domain, players: coevolve.Players,
