@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any, Mapping
 
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
-ATTENTION = ("xla", "splash", "splash_interpret")
+ATTENTION = ("xla", "splash", "splash_interpret", "dot_product")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +55,10 @@ class ModelConfig:
     attention: how a pass over a whole sequence (no KV cache: scoring,
       training) attends: "xla" (scores formed as [T, T] arrays), "splash"
       (the Pallas TPU kernel, models/splash.py; TPU only) or
-      "splash_interpret" (that kernel in Pallas' interpreter, any backend).
+      "splash_interpret" (that kernel in Pallas' interpreter, any backend),
+      or "dot_product" (`jax.nn.dot_product_attention`: cuDNN's flash
+      attention on a CUDA GPU when dtype is bfloat16 or float16, its XLA
+      implementation otherwise; models/decoder.py, `dot_product_attention`).
       Decoding with a cache always takes the "xla" path.
   """
 

@@ -298,6 +298,75 @@ def _decode_from_stacked(q, key, val, cache: StackedLayerCache, kv_mask,
                                       cache_index)
 
 
+# Compute dtypes cuDNN's fused attention takes (jax's check_layout).
+CUDNN_DTYPES = ("bfloat16", "float16")
+
+
+def dot_product_implementation(dtype: str) -> str:
+  """The `implementation` the "dot_product" attention passes to
+  `jax.nn.dot_product_attention` for compute dtype `dtype`, on the backend
+  this process computes on: "cudnn" (flash attention: no [T, S] score array
+  per head, causal blocks above the diagonal skipped) on a CUDA GPU for
+  bfloat16 or float16, else "xla" (scores f32[B, H, T, S], as the "xla"
+  option forms them). Not None: in jax 0.10.2 None always means "xla", on a
+  GPU too."""
+  if jnp.dtype(dtype).name not in CUDNN_DTYPES:
+    return "xla"
+  device = jax.devices()[0]
+  version = getattr(device.client, "platform_version", "") or ""
+  if device.platform == "gpu" and "cuda" in version.lower():
+    return "cudnn"
+  return "xla"
+
+
+def dot_product_attention(q: jax.Array, key: jax.Array, val: jax.Array,
+                          kv_mask: jax.Array, dtype: str) -> jax.Array:
+  """Causal attention of a whole sequence (no KV cache) through
+  `jax.nn.dot_product_attention`, as the "xla" path attends.
+
+  Each query attends the slots at or before its own of its own kind: a real
+  query (kv_mask true) real slots only, exactly what the "xla" path computes
+  for it; a masked query (padding, a hole) masked slots, itself among them,
+  so that no row of scores is empty: its output is unused, but it becomes
+  the next layer's keys and values, where a NaN would reach real rows (0 x
+  NaN), and no implementation is left to choose what a row masked throughout
+  gives. The mask goes in as bool[B, 1, T, S] (one per row,
+  not per head): on cuDNN it becomes an additive bias of that shape in
+  `dtype`, and the backward pass also forms its (unused) gradient. cuDNN
+  trains with a bias at even lengths only: there an odd T gets one masked
+  slot appended (its output dropped).
+
+  Decoding with a cache keeps the "xla" path (`Attention`): this function's
+  T queries attend the T slots of their own call, not a cache's window.
+
+  Args:
+    q: [B, T, K, G, D] queries, K kv heads of G query heads each (head
+      k * G + g, as `Attention` reshapes them), RoPE applied, not scaled.
+    key, val: [B, T, K, D].
+    kv_mask: bool[B, T], the real slots.
+    dtype: the compute dtype: q, key and val are cast to it, and it picks
+      the implementation (`dot_product_implementation`).
+
+  Returns:
+    [B, T, K * G, D] in `dtype`.
+  """
+  b, t, k, g, d = q.shape
+  dtype = jnp.dtype(dtype)
+  implementation = dot_product_implementation(dtype.name)
+  q = q.reshape(b, t, k * g, d).astype(dtype)
+  key, val = key.astype(dtype), val.astype(dtype)
+  pad = t % 2 if implementation == "cudnn" else 0
+  if pad:
+    q, key, val = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0)))
+                   for x in (q, key, val))
+    kv_mask = jnp.pad(kv_mask, ((0, 0), (0, pad)))
+  same_kind = kv_mask[:, :, None] == kv_mask[:, None, :]  # [B, T, S]
+  out = jax.nn.dot_product_attention(
+      q, key, val, mask=same_kind[:, None], is_causal=True,
+      implementation=implementation)
+  return out[:, :t]
+
+
 class Attention(nn.Module):
   config: ModelConfig
 
@@ -351,7 +420,10 @@ class Attention(nn.Module):
         axes = ("batch", "length", "kv_heads", "head_dim")
         key = nn.with_logical_constraint(key, axes)
         val = nn.with_logical_constraint(val, axes)
-      if not cached and cfg.attention != "xla":
+      if not cached and cfg.attention == "dot_product":
+        # A full sequence without a cache: cuDNN's flash attention on a GPU.
+        out = dot_product_attention(q, key, val, kv_mask, cfg.dtype)
+      elif not cached and cfg.attention != "xla":
         # A full sequence without a cache (the scoring and training passes):
         # the kernel never forms the [T, T] scores.
         out = splash.splash_attention(
