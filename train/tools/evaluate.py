@@ -42,6 +42,7 @@ naming the file, id or category.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from typing import Any, Callable
@@ -49,6 +50,7 @@ from typing import Any, Callable
 from genenv_jax.scoring import INVALID, InputError, Verdict, apibank, bfcl, qa
 from genenv_jax.scoring import bfcl_multi_turn
 from genenv_jax.scoring import read_jsonl
+from train.tools import table1
 
 
 def read_predictions(path: str, ids: list[Any], source: str,
@@ -198,6 +200,19 @@ def _run_qa(args) -> None:
   _report(args, rows, {"f1": f"{f1:.6f}"})
 
 
+def table1_commands() -> list[tuple[str, "table1.Benchmark", int, str]]:
+  """(command, benchmark, default --max_new_tokens, help) of the Table 1
+  benchmarks scored by train/tools/table1.py."""
+  return [
+      ("bamboogle", table1.BAMBOOGLE, 128,
+       "Bamboogle: the model's answers, exact match and F1"),
+  ]
+
+
+def _run_table1(args, bench) -> None:
+  table1.run(args, bench, read_predictions, _report)
+
+
 def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog="python -m train.tools.evaluate",
@@ -237,6 +252,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --generate: answer only these comma-separated ids")
   sub.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
   sub.add_argument("--dtype", default="float32", help="compute dtype of the agent")
+  for name, bench, max_new_tokens, help_text in table1_commands():
+    sub = commands.add_parser(name, help=help_text)
+    sub.set_defaults(run=functools.partial(_run_table1, bench=bench))
+    table1.add_arguments(sub)
+    sub.add_argument("--max_new_tokens", type=int, default=max_new_tokens)
+    if name == "api_bank":
+      sub.add_argument("--levels", default="1,2,3",
+                       help="the API-Bank levels to load (comma-separated)")
+    if name == "travelplanner":
+      sub.add_argument("--split", default="validation",
+                       choices=("train", "validation", "test"))
   sub = command("apibank", _run_apibank, "API-Bank call match")
   sub.add_argument("--data", required=True, help="JSONL of gold API calls")
   sub = command("qa", _run_qa, "question answering exact match / F1")

@@ -1,0 +1,109 @@
+"""Official benchmark files fetched into a cache, with SHA-256 checksums.
+
+`fetch(name, files)` downloads each file of `files` (a path inside the
+benchmark's directory -> its URL) with urllib into
+`<cache>/benchmarks/<name>/<path>` (the cache is $GENENV_CACHE, else
+~/.cache/genenv_jax, as for train/tools/real_models.py) unless it is there
+already. The SHA-256 of each file is recorded in `checksums.json` beside them
+when the file is first downloaded; a later call checks every file against its
+record, so a file that changed on disk (or a source that changed upstream,
+once re-downloaded) is an error rather than silently different data. A file
+is written under a temporary name and renamed into place, so an interrupted
+download leaves nothing that looks complete.
+
+Not exercised here: this machine has no internet. Offline, `fetch` raises
+InputError naming the URL that could not be fetched; place the files by hand
+and pass `--data_dir` instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+import urllib.error
+import urllib.request
+from typing import Mapping
+
+from genenv_jax.scoring import InputError
+from train.tools import real_models
+
+CHECKSUMS = "checksums.json"
+_TIMEOUT_S = 60
+
+
+def benchmark_dir(name: str) -> pathlib.Path:
+  """Where the files of benchmark `name` are cached."""
+  return real_models.cache_dir() / "benchmarks" / name
+
+
+def sha256(path: pathlib.Path) -> str:
+  """The hex SHA-256 of a file's bytes."""
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def _read_checksums(path: pathlib.Path) -> dict[str, dict[str, str]]:
+  if not path.exists():
+    return {}
+  try:
+    recorded = json.loads(path.read_text(encoding="utf-8"))
+  except (OSError, ValueError) as e:
+    raise InputError(f"cannot read {path}: {e}") from e
+  if not isinstance(recorded, dict):
+    raise InputError(f"{path}: expected a JSON object of file -> checksum")
+  return recorded
+
+
+def _download(url: str, target: pathlib.Path) -> None:
+  target.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".part")
+  try:
+    with os.fdopen(fd, "wb") as out:
+      with urllib.request.urlopen(url, timeout=_TIMEOUT_S) as response:
+        for block in iter(lambda: response.read(1 << 20), b""):
+          out.write(block)
+    os.replace(tmp, target)
+  except (urllib.error.URLError, OSError, ValueError) as e:
+    raise InputError(
+        f"cannot download {url}: {e}. Without internet access, fetch it elsewhere "
+        f"and pass --data_dir (the directory holding {target.name})") from e
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
+def fetch(name: str, files: Mapping[str, str]) -> pathlib.Path:
+  """The cache directory of benchmark `name` holding `files` (path -> URL),
+  downloading those not there yet and checking each against its recorded
+  SHA-256 (recording it at first download).
+
+  Raises:
+    InputError: a download fails (the message names the URL), or a file's
+      checksum differs from the one recorded for it.
+  """
+  root = benchmark_dir(name)
+  checksums_path = root / CHECKSUMS
+  recorded = _read_checksums(checksums_path)
+  for relative, url in files.items():
+    target = root / relative
+    if not target.exists():
+      _download(url, target)
+    digest = sha256(target)
+    entry = recorded.get(relative)
+    if entry is None:
+      recorded[relative] = {"url": url, "sha256": digest}
+    elif entry.get("sha256") != digest:
+      raise InputError(
+          f"{target}: SHA-256 {digest} differs from {entry.get('sha256')} recorded in "
+          f"{checksums_path} when it was first downloaded from {entry.get('url')}; "
+          "remove the file (and its entry) to fetch it again")
+  root.mkdir(parents=True, exist_ok=True)
+  checksums_path.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n",
+                            encoding="utf-8")
+  return root

@@ -1,0 +1,177 @@
+"""The Table 1 benchmarks besides BFCL scored by generation, for
+`python -m train.tools.evaluate {bamboogle,api_bank,travelplanner}`.
+
+Each benchmark is a `Benchmark`: how its items load from a data directory in
+the source's own file format, the chat prompt of an item, how the replies are
+scored, a hand-written fixture in the same format and the official files that
+`--download` fetches (train/tools/bench_download.py). `run` is the command:
+
+  1. `--write_fixture DIR` writes the fixture and stops;
+  2. the data directory is `--data_dir`, or with `--download` the cache the
+     official files are fetched into;
+  3. with `--generate`, the agent (train/tools/agent_generate.py) answers the
+     items (the first `--limit K`, or those named by `--ids`), one reply per
+     item decoded greedily (or at `--temperature`), prompts grouped by width so
+     the sampler compiles once per width bucket, and the replies are written
+     to `--predictions` as `{"id": ..., "result": "<reply>"}` lines; it prints
+     `generated=<n>` and `generation_seconds_per_item=<s>`;
+  4. the predictions are scored: one verdict line per item to
+     `FILE.verdicts.jsonl`, then `key=value` summary lines, the last one
+     `accuracy=<headline>` (train/tools/evaluate.py's convention).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Any, Callable, Sequence
+
+from genenv_jax.scoring import InputError, bamboogle
+
+
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+  """How `run` handles one benchmark.
+
+  Attributes:
+    name: the benchmark's cache name.
+    files: the official files, path in the data directory -> URL.
+    load: (args, data_dir) -> the items, each with an `id`.
+    messages: item -> its chat prompt.
+    score: (items, {id: reply}) -> (verdict rows, summary {key: value}); each
+      row has "id", "correct" and "verdict".
+    write_fixture: directory -> the paths written.
+    limit: (items, K) -> the items `--limit K` keeps.
+  """
+
+  name: str
+  files: dict[str, str]
+  load: Callable[[Any, str], list]
+  messages: Callable[[Any], list[dict[str, str]]]
+  score: Callable[[list, dict], tuple[list[dict[str, Any]], dict[str, Any]]]
+  write_fixture: Callable[[str], list[str]]
+  limit: Callable[[list, int], list] = lambda items, k: items[:k]
+
+
+def _mean(values: Sequence[float]) -> float:
+  return sum(values) / len(values) if values else 0.0
+
+
+def _bamboogle_score(items, replies):
+  rows = []
+  for item in items:
+    answer, result = bamboogle.score(item, replies[item.id])
+    rows.append({"id": item.id, "correct": result.verdict.correct,
+                 "verdict": str(result.verdict), "answer": answer,
+                 "exact_match": result.exact_match, "f1": result.f1})
+  return rows, {"f1": f"{_mean([r['f1'] for r in rows]):.6f}",
+                "exact_match": f"{_mean([r['exact_match'] for r in rows]):.6f}"}
+
+
+BAMBOOGLE = Benchmark(
+    name=bamboogle.NAME, files=bamboogle.FILES,
+    load=lambda args, data_dir: bamboogle.load(data_dir),
+    messages=bamboogle.messages, score=_bamboogle_score,
+    write_fixture=bamboogle.write_fixture)
+
+
+def data_dir(args, bench: Benchmark) -> str:
+  """`--data_dir`, or the download cache with `--download`.
+
+  Raises:
+    InputError: neither or both given, or a download failed.
+  """
+  if bool(args.data_dir) == bool(args.download):
+    raise InputError(f"{bench.name}: give exactly one of --data_dir and --download")
+  if args.data_dir:
+    return args.data_dir
+  from train.tools import bench_download  # pylint: disable=import-outside-toplevel
+  return str(bench_download.fetch(bench.name, bench.files))
+
+
+def _select(bench: Benchmark, items: list, args) -> list:
+  ids = [i for i in args.ids.split(",") if i]
+  if ids:
+    known = {str(item.id): item for item in items}
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+      raise InputError(f"--ids: {', '.join(map(repr, unknown[:5]))} not in "
+                       f"{bench.name}'s data")
+    items = [item for item in items if str(item.id) in set(ids)]
+  if args.limit:
+    items = bench.limit(items, args.limit)
+  return items
+
+
+def _generate(bench: Benchmark, items: list, args) -> None:
+  from genenv_jax import sharding  # pylint: disable=import-outside-toplevel
+  from train.tools import agent_generate  # pylint: disable=import-outside-toplevel
+
+  if not items:
+    raise InputError(f"{bench.name}: no items to answer")
+  mesh = sharding.make_mesh(dict(data=-1, fsdp=1, tensor=1))
+  agent = agent_generate.load_agent(args.run_dir, args.hf_dir, args.step, args.dtype, mesh)
+  began = time.perf_counter()
+  texts = agent_generate.generate_bucketed(
+      agent, [bench.messages(item) for item in items], mesh, args.max_new_tokens,
+      args.batch_size, args.temperature)
+  seconds = time.perf_counter() - began
+  try:
+    with open(args.predictions, "w", encoding="utf-8") as f:
+      for item, text in zip(items, texts):
+        f.write(json.dumps({"id": item.id, "result": text}, ensure_ascii=False) + "\n")
+  except OSError as e:
+    raise InputError(f"cannot write predictions to {args.predictions}: {e}") from e
+  print(f"generated={len(items)}")
+  print(f"generation_seconds_per_item={seconds / len(items):.2f}")
+
+
+def run(args, bench: Benchmark, read_predictions, report) -> None:
+  """The command (module docstring); `read_predictions` and `report` are
+  train/tools/evaluate.py's."""
+  if args.write_fixture:
+    for path in bench.write_fixture(args.write_fixture):
+      print(f"wrote={path}")
+    return
+  if not args.predictions:
+    raise InputError("--predictions is required (unless --write_fixture)")
+  if (args.run_dir or args.hf_dir) and not args.generate:
+    raise InputError("--run and --hf_dir need --generate")
+  items = bench.load(args, data_dir(args, bench))
+  some = False
+  if args.generate:
+    chosen = _select(bench, items, args)
+    some = len(chosen) < len(items)
+    _generate(bench, chosen, args)
+  replies = read_predictions(args.predictions, [item.id for item in items],
+                             f"{bench.name}'s data", args.allow_missing or some)
+  scored = [item for item in items if item.id in replies]
+  rows, summary = bench.score(scored, replies)
+  report(args, rows, summary)
+
+
+def add_arguments(sub) -> None:
+  """The flags every benchmark of this module takes."""
+  sub.add_argument("--predictions", default="",
+                   help='JSONL of {"id": ..., "result": "<model reply>"}')
+  sub.add_argument("--allow_missing", action="store_true",
+                   help="score only the items that have a prediction")
+  sub.add_argument("--data_dir", default="", help="the source's files (see docs/benchmarks.md)")
+  sub.add_argument("--download", action="store_true",
+                   help="fetch the official files into the cache (needs internet)")
+  sub.add_argument("--write_fixture", default="", metavar="DIR",
+                   help="write a small hand-written dataset in the source's format and stop")
+  sub.add_argument("--generate", action="store_true",
+                   help="write --predictions first by decoding an agent's replies")
+  sub.add_argument("--run", dest="run_dir", default="", help="training run workdir (its agent)")
+  sub.add_argument("--step", type=int, default=None,
+                   help="the run's checkpoint step (default: the latest)")
+  sub.add_argument("--hf_dir", default="", help="HF model directory")
+  sub.add_argument("--batch_size", type=int, default=8)
+  sub.add_argument("--limit", type=int, default=0,
+                   help="with --generate: answer only the first K items (0: all)")
+  sub.add_argument("--ids", default="",
+                   help="with --generate: answer only these comma-separated ids")
+  sub.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+  sub.add_argument("--dtype", default="float32", help="compute dtype of the agent")
