@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from genenv_jax.scoring import InputError, bamboogle
+from genenv_jax.scoring import InputError, apibank_levels, bamboogle
 from train.tools import evaluate
 
 
@@ -32,7 +32,7 @@ def fixtures(tmp_path_factory):
   """{benchmark: its fixture directory}, written by --write_fixture."""
   root = tmp_path_factory.mktemp("table1_fixtures")
   dirs = {}
-  for name in ("bamboogle",):
+  for name in ("bamboogle", "api_bank"):
     dirs[name] = str(root / name)
     assert evaluate.main([name, "--write_fixture", dirs[name]]) == 0
   return dirs
@@ -88,10 +88,91 @@ def test_bamboogle_bad_input_is_a_clear_error(tmp_path, capsys):
       == "invalid"
 
 
+# API-Bank ----------------------------------------------------------------------
+
+_L1A = "level-1/ConvertCurrency-level-1-1.jsonl/0"
+_L1B = "level-1/BookTable-ConvertCurrency-level-1-2.jsonl/0"
+_L2A, _L2B = "level-2/BookTable-level-2-1.jsonl/0", "level-2/BookTable-level-2-1.jsonl/1"
+
+
+def test_api_bank_fixture_is_the_sources_json(fixtures):
+  data = apibank_levels.load(fixtures["api_bank"])
+  assert [i.id for i in data.items] == [_L1A, _L1B, _L2A, _L2B] + [
+      f"level-3/0/{k}" for k in range(4)]
+  assert sorted(data.catalogue) == ["BookTable", "ConvertCurrency", "QueryParcel",
+                                    "SendSms"]
+  first = json.load(open(apibank_levels.level_path(fixtures["api_bank"], 1)))[0]
+  assert set(first) == {"file", "id", "instruction", "input", "expected_output"}
+  # Level 3 is prompted with the gold calls so far and their recorded results.
+  last = data.items[-1]
+  assert last.user.splitlines()[0].startswith("User: Track parcel 1Z999")
+  assert "API-Request: [QueryParcel(tracking_number='1Z999')]->{'status': 'in transit'" \
+      in last.user
+  assert last.user.endswith("Generate API Request:\n")
+  assert apibank_levels.search("book a table at a restaurant", data.catalogue) \
+      == "BookTable"
+  assert apibank_levels.search("weather", data.catalogue) is None
+
+
+def test_api_bank_scores_the_calls(fixtures, tmp_path, capsys):
+  predictions = tmp_path / "p.jsonl"
+  _write_predictions(predictions, {
+      _L1A: "API-Request: [ConvertCurrency(amount=250, from_currency='usd', "
+            "to_currency='EUR')]",                               # correct (canonical)
+      _L1B: "API-Request: [BookTable(restaurant='Luigis', time='2023-03-03 19:00:00', "
+            "people=4)]",                                       # wrong restaurant
+      _L2A: "API-Request: [ToolSearcher(keywords='book a table at a restaurant')]",
+      _L2B: "I will call BookTable.",                           # invalid
+      "level-3/0/0": "API-Request: [ToolSearcher(keywords='QueryParcel')]",
+      "level-3/0/1": "API-Request: [QueryParcel(tracking_number='1Z999'",  # invalid
+      "level-3/0/2": "API-Request: [ToolSearcher(keywords='weather')]",  # finds none
+      "level-3/0/3": "Sending it.\nAPI-Request: [SendSms(phone='+1-555-0100', "
+                     "message='Your parcel 1Z999 arrives on 2023-06-02.')]"})
+  assert evaluate.main(["api_bank", "--data_dir", fixtures["api_bank"],
+                        "--predictions", str(predictions)]) == 0
+  out = capsys.readouterr().out
+  summary = _summary(out)
+  assert out.splitlines()[-1] == "accuracy=0.500000"
+  assert summary["level1_accuracy"] == summary["level2_accuracy"] == "0.500000"
+  assert summary["level3_accuracy"] == "0.500000"
+  assert summary["level3_dialogue_accuracy"] == "0.000000"
+  assert summary["invalid"] == "2"
+  rows = _verdicts(predictions)
+  assert [r["correct"] for r in rows] == [True, False, True, False, True, False, False,
+                                          True]
+  assert "'Luigis' != \"Luigi's\"" in rows[1]["verdict"]
+  assert rows[6]["verdict"] == ("incorrect: keywords 'weather' retrieve None, "
+                                "expected 'SendSms'")
+
+
+def test_api_bank_bad_input_is_a_clear_error(fixtures, tmp_path):
+  bad = tmp_path / "json_test_data"
+  bad.mkdir()
+  records = json.load(open(apibank_levels.level_path(fixtures["api_bank"], 1)))
+  records[1]["expected_output"] = "API-Request: [BookTable(restaurant="
+  (bad / "level-1-api.json").write_text(json.dumps(records))
+  with pytest.raises(InputError, match=r"level-1-api.json: record 1 \(level-1/BookTable"
+                                       r".*'expected_output' is not an API request"):
+    apibank_levels.load(str(tmp_path), [1])
+  with pytest.raises(InputError, match="no level-3.json"):
+    apibank_levels.load(str(tmp_path), [3])
+  (bad / "level-3.json").write_text(json.dumps([{"requirement": "x", "apis": [{}]}]))
+  with pytest.raises(InputError, match=r"record 0, apis\[0\]: needs a string 'api_name'"):
+    apibank_levels.load(str(tmp_path), [3])
+  with pytest.raises(InputError, match="levels are 1, 2, 3"):
+    apibank_levels.load(str(tmp_path), [4])
+  item = apibank_levels.load(fixtures["api_bank"], [2]).items[0]
+  catalogue = apibank_levels.load(fixtures["api_bank"]).catalogue
+  for reply in ("", "[" * 5000, "API-Request: [ToolSearcher(keywords=3)]",
+                "API-Request: [ToolSearcher(keywords='a'), ToolSearcher(keywords='b')]"):
+    assert not apibank_levels.score(item, reply, catalogue).correct
+
+
 # Generation with SmolLM2 -------------------------------------------------------
 
 @pytest.mark.parametrize("name,flags", [
     ("bamboogle", ["--limit", "3", "--max_new_tokens", "24"]),
+    ("api_bank", ["--limit", "1", "--max_new_tokens", "32"]),    # one item a level
 ])
 def test_smollm2_answers_fixture_items(name, flags, fixtures, smollm2_dir, tmp_path,
                                        capsys):

@@ -206,6 +206,8 @@ def table1_commands() -> list[tuple[str, "table1.Benchmark", int, str]]:
   return [
       ("bamboogle", table1.BAMBOOGLE, 128,
        "Bamboogle: the model's answers, exact match and F1"),
+      ("api_bank", table1.API_BANK, 96,
+       "API-Bank levels 1-3: the model's API calls in the dialogue"),
   ]
 
 

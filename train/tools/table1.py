@@ -27,7 +27,7 @@ import json
 import time
 from typing import Any, Callable, Sequence
 
-from genenv_jax.scoring import InputError, bamboogle
+from genenv_jax.scoring import INVALID, InputError, apibank_levels, bamboogle
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,19 +37,21 @@ class Benchmark:
   Attributes:
     name: the benchmark's cache name.
     files: the official files, path in the data directory -> URL.
-    load: (args, data_dir) -> the items, each with an `id`.
+    load: (args, data_dir) -> (the items, each with an `id`; what scoring
+      needs besides them).
     messages: item -> its chat prompt.
-    score: (items, {id: reply}) -> (verdict rows, summary {key: value}); each
-      row has "id", "correct" and "verdict".
+    score: (items, {id: reply}, what load returned besides the items) ->
+      (verdict rows, summary {key: value}); each row has "id", "correct" and
+      "verdict".
     write_fixture: directory -> the paths written.
     limit: (items, K) -> the items `--limit K` keeps.
   """
 
   name: str
   files: dict[str, str]
-  load: Callable[[Any, str], list]
+  load: Callable[[Any, str], tuple[list, Any]]
   messages: Callable[[Any], list[dict[str, str]]]
-  score: Callable[[list, dict], tuple[list[dict[str, Any]], dict[str, Any]]]
+  score: Callable[[list, dict, Any], tuple[list[dict[str, Any]], dict[str, Any]]]
   write_fixture: Callable[[str], list[str]]
   limit: Callable[[list, int], list] = lambda items, k: items[:k]
 
@@ -58,7 +60,7 @@ def _mean(values: Sequence[float]) -> float:
   return sum(values) / len(values) if values else 0.0
 
 
-def _bamboogle_score(items, replies):
+def _bamboogle_score(items, replies, _):
   rows = []
   for item in items:
     answer, result = bamboogle.score(item, replies[item.id])
@@ -71,9 +73,53 @@ def _bamboogle_score(items, replies):
 
 BAMBOOGLE = Benchmark(
     name=bamboogle.NAME, files=bamboogle.FILES,
-    load=lambda args, data_dir: bamboogle.load(data_dir),
+    load=lambda args, data_dir: (bamboogle.load(data_dir), None),
     messages=bamboogle.messages, score=_bamboogle_score,
     write_fixture=bamboogle.write_fixture)
+
+
+def _api_bank_load(args, data_dir_: str):
+  try:
+    levels = [int(level) for level in args.levels.split(",") if level.strip()]
+  except ValueError as e:
+    raise InputError(f"--levels={args.levels!r}: expected e.g. 1,2,3") from e
+  data = apibank_levels.load(data_dir_, levels)
+  return data.items, data.catalogue
+
+
+def _api_bank_score(items, replies, catalogue):
+  rows = []
+  for item in items:
+    verdict = apibank_levels.score(item, replies[item.id], catalogue)
+    rows.append({"id": item.id, "correct": verdict.correct, "verdict": str(verdict),
+                 "level": item.level, "api_name": item.gold.name})
+  summary = {}
+  for level in sorted({item.level for item in items}):
+    level_rows = [row for row in rows if row["level"] == level]
+    summary[f"level{level}_calls"] = len(level_rows)
+    summary[f"level{level}_accuracy"] = (
+        f"{_mean([row['correct'] for row in level_rows]):.6f}")
+  dialogues: dict[str, list[bool]] = {}
+  calls = {}
+  for item, row in zip(items, rows):
+    if item.dialogue:
+      dialogues.setdefault(item.dialogue, []).append(row["correct"])
+      calls[item.dialogue] = item.dialogue_calls
+  if dialogues:
+    # A dialogue is correct when every one of its calls is (API-Bank's level-3
+    # "sample accuracy"), over the dialogues whose calls were all scored.
+    complete = [d for d, results in dialogues.items() if len(results) == calls[d]]
+    summary["level3_dialogues"] = len(complete)
+    summary["level3_dialogue_accuracy"] = (
+        f"{_mean([all(dialogues[d]) for d in complete]):.6f}")
+  summary["invalid"] = sum(row["verdict"].startswith(INVALID) for row in rows)
+  return rows, summary
+
+
+API_BANK = Benchmark(
+    name=apibank_levels.NAME, files=apibank_levels.FILES, load=_api_bank_load,
+    messages=apibank_levels.messages, score=_api_bank_score,
+    write_fixture=apibank_levels.write_fixture, limit=apibank_levels.limit_per_level)
 
 
 def data_dir(args, bench: Benchmark) -> str:
@@ -138,7 +184,7 @@ def run(args, bench: Benchmark, read_predictions, report) -> None:
     raise InputError("--predictions is required (unless --write_fixture)")
   if (args.run_dir or args.hf_dir) and not args.generate:
     raise InputError("--run and --hf_dir need --generate")
-  items = bench.load(args, data_dir(args, bench))
+  items, context = bench.load(args, data_dir(args, bench))
   some = False
   if args.generate:
     chosen = _select(bench, items, args)
@@ -147,7 +193,7 @@ def run(args, bench: Benchmark, read_predictions, report) -> None:
   replies = read_predictions(args.predictions, [item.id for item in items],
                              f"{bench.name}'s data", args.allow_missing or some)
   scored = [item for item in items if item.id in replies]
-  rows, summary = bench.score(scored, replies)
+  rows, summary = bench.score(scored, replies, context)
   report(args, rows, summary)
 
 
