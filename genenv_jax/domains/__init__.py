@@ -16,6 +16,9 @@ which domain it runs.
                     verifiers.py, data.py: JSONL / parquet / BFCL records)
   bfcl_multi_turn/  BFCL multi-turn tool use (domain.py; env.py: the host
                     environment over BFCL's APIs; data.py: seeds and held-out entries)
+  alfworld/         ALFWorld games the simulator writes as specs (domain.py;
+                    game.py: specs, PDDL problems, the planner, TextWorld games;
+                    data.py: seeds and the held-out ALFWorld-synthetic set)
 
 Adding one: a package here, a config file in configs/, and one entry in `DOMAINS`
 (docs/domains.md walks through the maze).
@@ -27,6 +30,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from genenv_jax.domains.alfworld import data as alfworld_data
+from genenv_jax.domains.alfworld.domain import AlfworldDomain
 from genenv_jax.domains.arithmetic import data as arithmetic_data
 from genenv_jax.domains.arithmetic.domain import ArithmeticDomain
 from genenv_jax.domains.base import ParsedTasks, TaskDomain
@@ -59,6 +64,7 @@ DOMAINS: dict[str, Registered] = {
                        maze_data.edited_variations),
     "bfcl_multi_turn": Registered(BfclMultiTurnDomain,
                                   bfcl_multi_turn_data.seed_splits),
+    "alfworld": Registered(AlfworldDomain, alfworld_data.seed_splits),
 }
 
 
@@ -87,6 +93,6 @@ def seed_splits(config: Any, domain: TaskDomain, data_dir: str
   return registered(config.task.name).seed_splits(domain, config, data_dir)
 
 
-__all__ = ["DOMAINS", "ArithmeticDomain", "BfclMultiTurnDomain", "MazeDomain", "ParsedTasks",
+__all__ = ["DOMAINS", "AlfworldDomain", "ArithmeticDomain", "BfclMultiTurnDomain", "MazeDomain", "ParsedTasks",
            "Registered", "TaskDomain", "TextDomain", "get_domain", "registered",
            "seed_splits"]
