@@ -131,7 +131,7 @@ def generate(agent: Agent, prompts: Sequence[list[dict[str, str]]], mesh,
 
 def generate_bucketed(agent: Agent, prompts: Sequence[list[dict[str, str]]], mesh,
                       max_new_tokens: int, batch_size: int, temperature: float = 0.0,
-                      seed: int = 0, width_multiple: int = 256) -> list[str]:
+                      seed: int = 0, width_multiple: int = 512) -> list[str]:
   """`generate` over prompts grouped by their width rounded up to
   `width_multiple` (one compiled sampler per group), so that a few long prompts
   do not pad every short one; completions come back in the prompts' order."""

@@ -1,4 +1,5 @@
-"""Benchmark scoring of model outputs: BFCL AST, API-Bank call match, QA EM/F1.
+"""Benchmark scoring of model outputs: BFCL AST, API-Bank call match, QA EM/F1, and
+Table 1's Bamboogle, API-Bank (levels 1-3) and TravelPlanner by generation.
 
   python -m train.tools.evaluate bfcl --category simple_python --data_dir DIR \
       --predictions FILE
@@ -6,6 +7,14 @@
       --category simple_python --data_dir DIR --predictions FILE [--limit K]
   python -m train.tools.evaluate apibank --data GOLD.jsonl --predictions FILE
   python -m train.tools.evaluate qa --data GOLD.jsonl --predictions FILE
+  python -m train.tools.evaluate {bamboogle,api_bank,travelplanner} [--generate \
+      (--run WORKDIR [--step N] | --hf_dir DIR)] (--data_dir DIR | --download) \
+      [--limit K] --predictions FILE
+  python -m train.tools.evaluate {bamboogle,api_bank,travelplanner} --write_fixture DIR
+
+The last three read each benchmark's own files, answer its items with the agent
+(train/tools/table1.py) and score them; their sources, licences, protocols and
+headline figures are in docs/benchmarks.md.
 
 Predictions FILE is JSON lines, one `{"id": ..., "result": "<model output text>"}` per
 example (BFCL's result-file fields). With `--generate` the bfcl command writes FILE
@@ -208,6 +217,8 @@ def table1_commands() -> list[tuple[str, "table1.Benchmark", int, str]]:
        "Bamboogle: the model's answers, exact match and F1"),
       ("api_bank", table1.API_BANK, 96,
        "API-Bank levels 1-3: the model's API calls in the dialogue"),
+      ("travelplanner", table1.TRAVELPLANNER, 1024,
+       "TravelPlanner (sole planning): the model's plans, constraint pass rates"),
   ]
 
 

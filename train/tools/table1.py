@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import sys
 import time
 from typing import Any, Callable, Sequence
 
 from genenv_jax.scoring import INVALID, InputError, apibank_levels, bamboogle
+from genenv_jax.scoring import travelplanner
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +39,7 @@ class Benchmark:
 
   Attributes:
     name: the benchmark's cache name.
-    files: the official files, path in the data directory -> URL.
+    files: args -> the official files, path in the data directory -> URL.
     load: (args, data_dir) -> (the items, each with an `id`; what scoring
       needs besides them).
     messages: item -> its chat prompt.
@@ -48,7 +51,7 @@ class Benchmark:
   """
 
   name: str
-  files: dict[str, str]
+  files: Callable[[Any], dict[str, str]]
   load: Callable[[Any, str], tuple[list, Any]]
   messages: Callable[[Any], list[dict[str, str]]]
   score: Callable[[list, dict, Any], tuple[list[dict[str, Any]], dict[str, Any]]]
@@ -72,7 +75,7 @@ def _bamboogle_score(items, replies, _):
 
 
 BAMBOOGLE = Benchmark(
-    name=bamboogle.NAME, files=bamboogle.FILES,
+    name=bamboogle.NAME, files=lambda args: bamboogle.FILES,
     load=lambda args, data_dir: (bamboogle.load(data_dir), None),
     messages=bamboogle.messages, score=_bamboogle_score,
     write_fixture=bamboogle.write_fixture)
@@ -117,9 +120,27 @@ def _api_bank_score(items, replies, catalogue):
 
 
 API_BANK = Benchmark(
-    name=apibank_levels.NAME, files=apibank_levels.FILES, load=_api_bank_load,
+    name=apibank_levels.NAME, files=lambda args: apibank_levels.FILES, load=_api_bank_load,
     messages=apibank_levels.messages, score=_api_bank_score,
     write_fixture=apibank_levels.write_fixture, limit=apibank_levels.limit_per_level)
+
+
+def _travelplanner_score(items, replies, _):
+  rows, evaluations = [], []
+  for item in items:
+    evaluation, verdict = travelplanner.score(item, replies[item.id])
+    evaluations.append(evaluation)
+    rows.append({"id": item.id, "correct": verdict.correct, "verdict": str(verdict),
+                 "level": item.level, "days": item.days,
+                 **travelplanner.row_fields(evaluation)})
+  return rows, travelplanner.summary(items, evaluations)
+
+
+TRAVELPLANNER = Benchmark(
+    name=travelplanner.NAME, files=lambda args: travelplanner.files(args.split),
+    load=lambda args, data_dir_: (travelplanner.load(data_dir_, args.split), None),
+    messages=travelplanner.messages, score=_travelplanner_score,
+    write_fixture=travelplanner.write_fixture)
 
 
 def data_dir(args, bench: Benchmark) -> str:
@@ -133,7 +154,7 @@ def data_dir(args, bench: Benchmark) -> str:
   if args.data_dir:
     return args.data_dir
   from train.tools import bench_download  # pylint: disable=import-outside-toplevel
-  return str(bench_download.fetch(bench.name, bench.files))
+  return str(bench_download.fetch(bench.name, bench.files(args)))
 
 
 def _select(bench: Benchmark, items: list, args) -> list:
@@ -151,17 +172,30 @@ def _select(bench: Benchmark, items: list, args) -> list:
 
 
 def _generate(bench: Benchmark, items: list, args) -> None:
+  import jax  # pylint: disable=import-outside-toplevel
   from genenv_jax import sharding  # pylint: disable=import-outside-toplevel
   from train.tools import agent_generate  # pylint: disable=import-outside-toplevel
 
   if not items:
     raise InputError(f"{bench.name}: no items to answer")
-  mesh = sharding.make_mesh(dict(data=-1, fsdp=1, tensor=1))
+  # Rows are split over the mesh's data axis: one that does not divide the batch
+  # would have every device decode the whole batch, so the mesh spans the
+  # devices that do.
+  devices = jax.devices()[:math.gcd(args.batch_size, jax.device_count())]
+  mesh = sharding.make_mesh(dict(data=-1, fsdp=1, tensor=1), devices)
   agent = agent_generate.load_agent(args.run_dir, args.hf_dir, args.step, args.dtype, mesh)
+  prompts = [bench.messages(item) for item in items]
+  limit = agent.model.max_position_embeddings
+  long = [f"{item.id} ({n} tokens)" for item, prompt in zip(items, prompts)
+          if (n := len(agent_generate.prompt_ids(agent.tokenizer, prompt)))
+          + args.max_new_tokens > limit]
+  if long:
+    print(f"warning: {len(long)} prompt(s) with --max_new_tokens={args.max_new_tokens} "
+          f"exceed the model's max_position_embeddings={limit}: {', '.join(long[:5])}",
+          file=sys.stderr)
   began = time.perf_counter()
   texts = agent_generate.generate_bucketed(
-      agent, [bench.messages(item) for item in items], mesh, args.max_new_tokens,
-      args.batch_size, args.temperature)
+      agent, prompts, mesh, args.max_new_tokens, args.batch_size, args.temperature)
   seconds = time.perf_counter() - began
   try:
     with open(args.predictions, "w", encoding="utf-8") as f:
@@ -216,7 +250,8 @@ def add_arguments(sub) -> None:
   sub.add_argument("--hf_dir", default="", help="HF model directory")
   sub.add_argument("--batch_size", type=int, default=8)
   sub.add_argument("--limit", type=int, default=0,
-                   help="with --generate: answer only the first K items (0: all)")
+                   help="with --generate: answer only the first K items (0: all; "
+                        "API-Bank: of each level)")
   sub.add_argument("--ids", default="",
                    help="with --generate: answer only these comma-separated ids")
   sub.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
