@@ -135,7 +135,8 @@ def sample_indices(pool: TaskPool, rng: jax.Array, n: int,
   ).astype(jnp.int32)
 
 
-SELECTIONS = ("uniform", "learnability", "level_learnability", "level_alpha")
+SELECTIONS = ("uniform", "learnability", "level_learnability", "level_alpha",
+              "level_target")
 
 
 def _learnability(pool: TaskPool, success: jax.Array, floor: float
@@ -202,10 +203,53 @@ def level_alpha_weights(pool: TaskPool, level_success: jax.Array,
   simulator's own reward. Sharper than p(1 - p) (β = 20: a level at 0.85
   weighs 0.09 against 1 at 0.5, where p(1 - p) gives 0.13 against 0.25).
   """
-  levels = level_success.shape[0]
   p = jnp.clip(level_success, 0.0, 1.0)
   level_weight = jnp.where(level_success >= 0,
                            jnp.exp(-beta * (p - alpha) ** 2), 0.0) + floor
+  return _rows_of_levels(pool, level_weight)
+
+
+def level_target_weights(pool: TaskPool, level_success: jax.Array,
+                         floor: float, alpha: float) -> jax.Array:
+  """f32[C] each row's draw weight under targeted level selection: levels
+  mixed so that the expected success is α. Of the known levels (level_success
+  >= 0), a is the one whose success is lowest among those at or above α and
+  b the one whose success is highest among those below; they are drawn with
+  probabilities w_a = (α - p_b) / (p_a - p_b) and 1 - w_a, so that
+  w_a p_a + (1 - w_a) p_b = α. With no known level below α the hardest known
+  one (lowest success) is drawn, with none at or above α the easiest; every
+  level also weighs `floor` (so an unknown one gets measured), and a row
+  is drawn uniformly among its level's filled rows (as in
+  `level_alpha_weights`).
+
+  Where `level_alpha_weights` weighs each level by its own distance to α, so
+  that levels on one side of α can outweigh the other (with levels at 0.8
+  and 0.45, the mix's success is above α), this rule aims the mix's mean at
+  α exactly, given the estimates.
+  """
+  levels = level_success.shape[0]
+  known = level_success >= 0
+  p = jnp.clip(level_success, 0.0, 1.0)
+  above, below = known & (p >= alpha), known & (p < alpha)
+  # The bracketing levels (argmin over a masked array: the first of ties).
+  a = jnp.argmin(jnp.where(above, p, jnp.inf))
+  b = jnp.argmax(jnp.where(below, p, -jnp.inf))
+  span = jnp.maximum(p[a] - p[b], 1e-6)
+  w_a = jnp.clip((alpha - p[b]) / span, 0.0, 1.0)
+  one_hot = lambda i: jax.nn.one_hot(i, levels, dtype=jnp.float32)
+  mix = jnp.where(
+      above.any() & below.any(), w_a * one_hot(a) + (1.0 - w_a) * one_hot(b),
+      jnp.where(above.any(), one_hot(jnp.argmin(jnp.where(known, p, jnp.inf))),
+                one_hot(jnp.argmax(jnp.where(known, p, -jnp.inf)))))
+  level_weight = jnp.where(known.any(), mix, 0.0) + floor
+  return _rows_of_levels(pool, level_weight)
+
+
+def _rows_of_levels(pool: TaskPool, level_weight: jax.Array) -> jax.Array:
+  """f32[C] level weights f32[D] spread over each level's filled rows: a row
+  weighs its level's weight / its level's row count; empty rows and rows of
+  no level in 1..D weigh 0."""
+  levels = level_weight.shape[0]
   filled = jnp.arange(pool.capacity) < pool.size
   in_range = filled & (pool.difficulty >= 1) & (pool.difficulty <= levels)
   level = jnp.clip(pool.difficulty - 1, 0, levels - 1)
@@ -222,12 +266,13 @@ def draw_indices(pool: TaskPool, rng: jax.Array, n: int, selection: str,
   """int32[n] rows of D_train drawn (with replacement) by `selection`:
   "uniform" (`sample_indices`, with its `trim`), "learnability" (∝
   `learnability_weights`), "level_learnability" (∝
-  `level_learnability_weights` of level_success f32[D]) or "level_alpha"
-  (∝ `level_alpha_weights` at the curriculum's alpha and beta); floor > 0
+  `level_learnability_weights` of level_success f32[D]), "level_alpha"
+  (∝ `level_alpha_weights` at the curriculum's alpha and beta) or
+  "level_target" (∝ `level_target_weights` at alpha); floor > 0
   keeps every filled row drawable."""
   if selection == "uniform":
     return sample_indices(pool, rng, n, trim)
-  if selection in ("level_learnability", "level_alpha") and (
+  if selection in ("level_learnability", "level_alpha", "level_target") and (
       level_success is None):
     raise ValueError(f"{selection} selection needs level_success.")
   if selection == "learnability":
@@ -236,6 +281,8 @@ def draw_indices(pool: TaskPool, rng: jax.Array, n: int, selection: str,
     weight = level_learnability_weights(pool, level_success, floor)
   elif selection == "level_alpha":
     weight = level_alpha_weights(pool, level_success, floor, alpha, beta)
+  elif selection == "level_target":
+    weight = level_target_weights(pool, level_success, floor, alpha)
   else:
     raise ValueError(f"selection {selection!r} is not one of {SELECTIONS}.")
   return jax.random.categorical(

@@ -188,6 +188,44 @@ def test_level_alpha_weights_by_hand():
     pool_lib.draw_indices(pool, jax.random.PRNGKey(0), 4, "level_alpha", 0.01)
 
 
+def test_level_target_weights_mix_the_bracketing_levels_to_alpha():
+  unknown = pool_lib.UNKNOWN_SUCCESS
+  # Rows of levels 1, 2, 3, 4, 3 (level 3 has two rows).
+  pool = pool_lib.create_task_pool(_rows(range(5)), np.array([1, 2, 3, 4, 3]),
+                                   capacity=6)
+  # Success 0.95, 0.8, 0.4, 0.1 at α = 0.5: levels 2 (0.8) and 3 (0.4)
+  # bracket α, mixed w = (0.5 - 0.4) / (0.8 - 0.4) = 0.25 and 0.75, so the
+  # mean is 0.25 · 0.8 + 0.75 · 0.4 = 0.5; level 3's 0.75 + floor is split
+  # over its two rows.
+  level_success = jnp.array([0.95, 0.8, 0.4, 0.1])
+  weights = pool_lib.level_target_weights(pool, level_success, 0.01, 0.5)
+  np.testing.assert_allclose(
+      np.asarray(weights), [0.01, 0.26, 0.38, 0.01, 0.38, 0], rtol=1e-5)
+  # Every known level above α: the hardest is drawn (level 4 at 0.6);
+  # the unknown level 3 weighs the floor.
+  weights = pool_lib.level_target_weights(
+      pool, jnp.array([0.95, 0.8, unknown, 0.6]), 0.01, 0.5)
+  np.testing.assert_allclose(
+      np.asarray(weights), [0.01, 0.01, 0.005, 1.01, 0.005, 0], rtol=1e-5)
+  # Every known level below α: the easiest (level 1 at 0.3).
+  weights = pool_lib.level_target_weights(
+      pool, jnp.array([0.3, 0.2, 0.1, 0.0]), 0.01, 0.5)
+  np.testing.assert_allclose(np.asarray(weights)[:2], [1.01, 0.01], rtol=1e-5)
+  # Nothing known: the floor alone, shared within levels.
+  weights = pool_lib.level_target_weights(
+      pool, jnp.full((4,), unknown), 0.01, 0.5)
+  np.testing.assert_allclose(np.asarray(weights),
+                             [0.01, 0.01, 0.005, 0.01, 0.005, 0], rtol=1e-5)
+  n = 20000
+  idx = np.asarray(pool_lib.draw_indices(
+      pool, jax.random.PRNGKey(0), n, "level_target", 0.01,
+      level_success=level_success, alpha=0.5))
+  drawn_level = np.asarray(pool.difficulty)[idx]
+  share = np.bincount(drawn_level, minlength=5)[1:] / n
+  np.testing.assert_allclose(share, np.array([0.01, 0.26, 0.76, 0.01]) / 1.04,
+                             atol=4 * np.sqrt(0.25 / n))
+
+
 def test_learnability_draws_follow_the_weights():
   pool = _scored_pool([0.5, 0.1, 1.0, pool_lib.UNKNOWN_SUCCESS])
   n = 20000
