@@ -329,12 +329,13 @@ def messages(query: Query) -> list[dict[str, str]]:
 
 # Reading a plan -----------------------------------------------------------------
 
-_DAY = re.compile(r"^[\s#*>-]*day\s*:?\s*(\d+)\s*[:.)-]?[\s*]*:?\s*$", re.IGNORECASE | re.MULTILINE)
-_FIELD = re.compile(r"^[\s*>-]*([A-Za-z][A-Za-z ]*?)\s*\**\s*:\s*\**\s*(.*?)\s*$")
+_DAY = re.compile(r"[#*> \t-]*day[ \t]*:?[ \t]*(\d{1,3})[ \t*:.)-]*", re.IGNORECASE)
 _FIELD_NAMES = {"current city": "current_city", "transportation": "transportation",
                 "breakfast": "breakfast", "attraction": "attraction",
                 "attractions": "attraction", "lunch": "lunch", "dinner": "dinner",
                 "accommodation": "accommodation", "accommodations": "accommodation"}
+_MAX_HEADER_CHARS = 40
+_MAX_VALUE_CHARS = 2_000  # a longer field value is cut (no real entry is this long)
 
 
 def _json_plan(text: str) -> list[dict[str, str]] | None:
@@ -348,29 +349,30 @@ def _json_plan(text: str) -> list[dict[str, str]] | None:
   if not (isinstance(value, list) and value and all(isinstance(d, dict) for d in value)
           and all("current_city" in d for d in value)):
     return None
-  return [{k: str(d[k]).strip() for k in FIELDS if k in d and d[k] is not None}
-          for d in value]
+  return [{k: str(d[k]).strip()[:_MAX_VALUE_CHARS] for k in FIELDS
+           if k in d and d[k] is not None} for d in value]
 
 
 def parse_plan(text: str) -> list[dict[str, str]]:
   """The days of a reply, each {field: value} for the fields it writes (FIELDS);
-  [] when it holds no day (rules in the module docstring)."""
+  [] when it holds no day (rules in the module docstring). Takes time linear in
+  the reply's length."""
   if len(text) > MAX_REPLY_CHARS:
     return []
-  headers = list(_DAY.finditer(text))
-  if not headers:
+  days: list[dict[str, str]] = []
+  for line in text.splitlines():
+    stripped = line.strip()
+    if len(stripped) <= _MAX_HEADER_CHARS and _DAY.fullmatch(stripped):
+      days.append({})
+      continue
+    key, colon, value = stripped.partition(":")
+    if not colon or not days:
+      continue
+    field = _FIELD_NAMES.get(" ".join(key.strip(" \t*>#-").lower().split()))
+    if field and field not in days[-1]:
+      days[-1][field] = value.strip().strip("*").strip()[:_MAX_VALUE_CHARS]
+  if not days:
     return _json_plan(text) or []
-  days = []
-  for header, following in zip(headers, headers[1:] + [None]):
-    block = text[header.end():following.start() if following else len(text)]
-    day: dict[str, str] = {}
-    for line in block.splitlines():
-      match = _FIELD.match(line)
-      if match:
-        field = _FIELD_NAMES.get(" ".join(match.group(1).lower().split()))
-        if field and field not in day:
-          day[field] = match.group(2).strip()
-    days.append(day)
   return days if any(days) else []
 
 
@@ -461,7 +463,7 @@ def _reasonable_city_route(q: Query, plan):
     current = day.get("current_city", "")
     day_cities = _day_cities(current)
     if day_cities is None:
-      return False, f"day {i + 1}: cannot read the route {current!r}"
+      return False, f"day {i + 1}: cannot read the route {current!r:.80}"
     if i == 0 and "from " in current and day_cities[0] != q.org:
       return False, f"day 1 should start from {q.org}"
     cities += day_cities
