@@ -242,3 +242,15 @@ def test_the_smoke_config_runs_two_coevolution_steps_with_one_compile(smoke):
     generated = config.coevolve.num_seeds * config.coevolve.variations
     assert metrics["env/invalid_count"] == generated
   assert smoke["domain"].environment.host_errors == 0
+
+
+def test_the_configs_validate_and_keep_a_steps_games_live():
+  from train import config_validation  # pylint: disable=import-outside-toplevel
+  for variant in (None, "smoke", "smoke,frozen_env"):
+    config_validation.validate(alfworld_config.get_config(variant), 8)
+  config = alfworld_config.get_config("smoke")
+  config.task.live_games = 31  # a step plays (4 * 2 + 8) * 2 = 32 episodes
+  with pytest.raises(ValueError, match="task.live_games=31"):
+    config_validation.validate(config, 8)
+  with pytest.raises(ValueError, match="variant 'live'"):
+    alfworld_config.get_config("live")

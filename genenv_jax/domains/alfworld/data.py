@@ -9,18 +9,18 @@ receptacle or lamp the type needs), a target object of the room's object
 types that the task can use, a target receptacle type that can hold it, and
 where the objects start: the target object(s) (two for pick_two_obj_and_place,
 sometimes one more), the lamp for look_at_obj_in_light, and up to three other
-objects of the room, each in a random receptacle that can hold it. The planner
-keeps a spec iff it solves it within the turn limit (a spec whose goal holds
-at the start is no task); its level is the plan's length in levels of
-`steps_per_level` (`AlfworldDomain.level`).
+objects of the room, each in a random receptacle that can hold it.
 
 The layouts are split: HELD_OUT_LAYOUTS (every layout whose number ends in 0,
 three of each room kind) hold the held-out set and no seed, so its rooms are
 unseen in training. The held-out set is fixed: `test_per_task` specs of each of
-the six task types drawn by a generator of its own seed (TEST_SEED), the same
-in every run; it is reported as "ALFWorld-synthetic". Train seeds are drawn
-from the other layouts with config.data.seed, the six task types in turn, and
-in equal shares per level as far as the draws allow.
+the six task types that the planner solves, drawn by a generator of its own
+seed (TEST_SEED), the same in every run; it is reported as
+"ALFWorld-synthetic". Train seeds are drawn from the other layouts with
+config.data.seed, the six task types in turn, in equal shares per level of
+`AlfworldDomain.level` as far as the draws reach (the rest at any level). Both
+splits are the rows `AlfworldDomain.parse_row` makes of them: a spec over the
+domain's turn limit or widths is dropped and counted.
 """
 
 from __future__ import annotations

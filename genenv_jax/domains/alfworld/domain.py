@@ -160,6 +160,14 @@ class AlfworldDomain(TaskDomain):
                   "max_action_tokens", "max_observation_tokens", "first_level_steps",
                   "steps_per_level", "max_difficulty", "live_games"):
       fields.integer(config, f"task.{field}", low=1)
+    cc = config.coevolve
+    episodes_per_step = ((cc.num_seeds * cc.variations + config.pool.replay_tasks)
+                         * cc.attempts)
+    if config.task.live_games < episodes_per_step:
+      fields.fail("task.live_games", config.task.live_games,
+                  f">= the episodes of a step ({episodes_per_step}: (coevolve."
+                  "num_seeds * variations + pool.replay_tasks) * attempts), or "
+                  "every turn replays its episode")
     fields.integer(config, "data.num_train", low=1)
     fields.integer(config, "data.test_per_task", low=1)
     fields.choice(config, "episodes.reward", episodes.EPISODE_REWARDS)
