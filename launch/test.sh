@@ -28,6 +28,10 @@ PYTEST=("$VENV/bin/python" -m pytest -q --capture=sys)
 if [[ $# -gt 0 || "$WORKERS" == 0 ]]; then
   exec "${PYTEST[@]}" "${PARALLEL[@]}" "$@"
 fi
-"${PYTEST[@]}" "${PARALLEL[@]}" -m "not benchmark and not solo"
+status=0
+"${PYTEST[@]}" "${PARALLEL[@]}" -m "not benchmark and not solo" || status=$?
 mapfile -t SOLO < <(grep -l "pytest.mark.solo" tests/test_*.py)
-[[ ${#SOLO[@]} == 0 ]] || exec "${PYTEST[@]}" -m "solo and not benchmark" "${SOLO[@]}"
+if [[ ${#SOLO[@]} != 0 ]]; then
+  "${PYTEST[@]}" -m "solo and not benchmark" "${SOLO[@]}" || status=$?
+fi
+exit "$status"
