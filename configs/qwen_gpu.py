@@ -6,7 +6,9 @@ Variants (`--config=configs/qwen_gpu.py:VARIANT`):
   7b    Qwen2.5-7B players on one node of 8 x 80 GB GPUs, weights, gradients
         and AdamW moments sharded over the 8 (fsdp); on two such nodes
         (launch/gpu_node.sh through SLURM) each node holds a copy and the
-        rows split over the nodes too (data)
+        rows split over the nodes too (data). As XLA:CPU compiles its step
+        (train/bench/cpu_peak.py) it needs 103 GiB a device, more than a
+        GPU's 80 GB; not yet run on a GPU (docs/gpu.md)
 The batches split over those counts only (16 seeds, 64-row minibatches);
 `GPUS` lists them.
 

@@ -321,8 +321,9 @@ def test_bad_launches_fail_naming_the_flag(tmp_path, args, env, message):
 
 
 def test_the_commands_of_docs_gpu_md_launch_train_main(tmp_path):
-  """Every gpu_node.sh command docs/gpu.md gives runs (python stubbed), one
-  node's as one node and the srun one as a task of a SLURM job."""
+  """Every gpu_node.sh command docs/gpu.md gives runs (python stubbed): alone
+  as one node, under SLURM's variables as a task of the job, and the one
+  naming its job by flags as that job's process."""
   launches = []
   for block in re.findall(r"```(?:bash)?\n(.*?)```", DOC.read_text(), re.S):
     for line in block.replace("\\\n", " ").splitlines():
@@ -334,8 +335,12 @@ def test_the_commands_of_docs_gpu_md_launch_train_main(tmp_path):
                SLURM_LOCALID="0", SLURM_STEP_NODELIST="n[1-2]",
                SLURM_STEP_NUM_NODES="2", CUDA_VISIBLE_DEVICES="0,1,2,3,4,5,6,7")
   for args in launches:
+    named = any(a.startswith("--coordinator=") for a in args)
     for env in ({}, slurm):
-      out, call = _launch(tmp_path, args, **env)
+      # A job named by flags is one whatever the environment says.
+      gpus = dict(CUDA_VISIBLE_DEVICES="0,1") if named else {}
+      out, call = _launch(tmp_path, args, **{**env, **gpus})
       assert out.returncode == 0, (args, out.stderr)
       assert call["args"][:2] == ["-m", "train.main"]
-      assert ("--distributed=true" in call["args"]) == bool(env)
+      assert ("--distributed=true" in call["args"]) == (named or bool(env))
+  assert any(a.startswith("--coordinator=") for a in launches[-1])
