@@ -163,6 +163,10 @@ def test_the_host_environment_equals_a_direct_textworld_loop(domain):
               "examine desk 1", "use desklamp 1"]
   env = _textworld_loop(spec)
   state = env.reset()
+  # The prompt holds TextWorld's first text, also when another game of the
+  # layout (another task sentence) was opened first.
+  domain.prompt_ids(game.read_spec(
+      "layout: FloorPlan305; task: pick_and_place pen -> shelf; start: pen in desk 1"))
   assert domain.decode(domain.prompt_ids(spec))[0].count(state.feedback) == 1
   host = domain.environment.host
   for turn, command in enumerate(commands):
@@ -188,12 +192,21 @@ def test_the_host_environment_equals_a_direct_textworld_loop(domain):
 
 
 @pytest.fixture(scope="module")
-def smoke(qwen_tokenizer_dir):
+def smoke(qwen_tokenizer_dir, tmp_path_factory):
   config = alfworld_config.get_config("smoke")
   config.task.tokenizer_dir = qwen_tokenizer_dir
   domain = get_domain(config.task)
-  splits = data.alfworld_splits(domain, config.data.seed, config.data.num_train,
-                                config.data.test_per_task)
+  data_dir = str(tmp_path_factory.mktemp("alfworld_data"))
+  seeds = data.seed_splits(domain, config, data_dir)
+  cached = data._read_cache(domain, data._cache_path(domain, config, data_dir))  # pylint: disable=protected-access
+  real = data.alfworld_splits
+  data.alfworld_splits = None  # the second call reads the kept splits
+  try:
+    again = data.seed_splits(domain, config, data_dir)
+  finally:
+    data.alfworld_splits = real
+  splits = {"train": cached["train"], "test": cached["test"], "returned": seeds,
+            "again": again}
   players = build.build_players(config, domain)
   mesh = sharding.make_mesh({"data": -1, "fsdp": 1, "tensor": 1})
   agent_key, simulator_key = jax.random.split(jax.random.PRNGKey(config.seed))
@@ -210,9 +223,14 @@ def smoke(qwen_tokenizer_dir):
               traces=traces, state=state)
 
 
-def test_the_seed_splits_are_disjoint_and_levelled(smoke):
+def test_the_seed_splits_are_disjoint_levelled_and_kept(smoke):
   splits, domain = smoke["splits"], smoke["domain"]
   train, test = splits["train"], splits["test"]
+  # What seed_splits returned is what it kept, and read back the second time.
+  for returned in (splits["returned"], splits["again"]):
+    for split, name in zip(returned, ("train", "test")):
+      np.testing.assert_array_equal(split["task"], splits[name]["task"])
+      np.testing.assert_array_equal(split["difficulty"], splits[name]["difficulty"])
   assert len(train["task"]) == smoke["config"].data.num_train
   assert set(np.unique(train["difficulty"])) == {1, 2}
   assert len(test["task"]) >= 3

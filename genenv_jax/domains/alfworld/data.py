@@ -20,12 +20,17 @@ seed (TEST_SEED), the same in every run; it is reported as
 config.data.seed, the six task types in turn, in equal shares per level of
 `AlfworldDomain.level` as far as the draws reach (the rest at any level). Both
 splits are the rows `AlfworldDomain.parse_row` makes of them: a spec over the
-domain's turn limit or widths is dropped and counted.
+domain's turn limit or widths is dropped and counted. `seed_splits` keeps
+them in the run's data directory (config.data.tfds_dir, else <workdir>/tfds).
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
+import importlib.metadata
+import json
+import os
 from typing import Callable, Sequence
 
 from absl import logging
@@ -38,7 +43,7 @@ BENCHMARK = "ALFWorld-synthetic"
 TEST_SEED = 20251219
 _ABILITY = {"pick_heat_then_place": "Heatable", "pick_cool_then_place": "Coolable",
             "pick_clean_then_place": "Cleanable"}
-_MAX_DRAWS = 50
+_MAX_DRAWS = 8
 _GIVE_UP = 20
 
 
@@ -206,10 +211,15 @@ def _split(domain: AlfworldDomain, drawn: list[tuple[game.Spec, int]]) -> dict:
 def seed_splits(domain: AlfworldDomain, config, data_dir: str
                 ) -> tuple[dict, dict]:
   """The run's seed data (the registry's `seed_splits`): `alfworld_splits`
-  with config.data's seed, num_train and test_per_task; `data_dir` unused."""
-  del data_dir
-  splits = alfworld_splits(domain, config.data.seed, config.data.num_train,
-                           config.data.test_per_task)
+  with config.data's seed, num_train and test_per_task, kept in
+  `<data_dir>/alfworld/` (a local data_dir) under a name that changes with
+  everything they depend on, so that a resumed or repeated run reads them."""
+  path = _cache_path(domain, config, data_dir)
+  splits = _read_cache(domain, path)
+  if splits is None:
+    splits = alfworld_splits(domain, config.data.seed, config.data.num_train,
+                             config.data.test_per_task)
+    _write_cache(path, splits)
   for name, split in splits.items():
     if not len(split["task"]):
       raise ValueError(f"ALFWorld: no {name} spec fits the domain's widths and "
@@ -220,6 +230,54 @@ def seed_splits(domain: AlfworldDomain, config, data_dir: str
                  split["dropped"], np.bincount(split["difficulty"]).tolist())
   return tuple({"task": splits[name]["task"], "difficulty": splits[name]["difficulty"]}
                for name in ("train", "test"))
+
+
+def _cache_path(domain: AlfworldDomain, config, data_dir: str) -> str | None:
+  """Where seed_splits keeps the splits; None for no local data_dir."""
+  if not data_dir or "://" in data_dir:
+    return None
+  tokenizer = domain.tokenizer
+  key = json.dumps({
+      "format": 1,
+      "packages": [importlib.metadata.version(p) for p in ("alfworld", "textworld")],
+      "data": [config.data.seed, config.data.num_train, config.data.test_per_task],
+      "task": {k: v for k, v in config.task.to_dict().items()
+               if k not in ("tokenizer_dir", "live_games")},
+      "tokenizer": [len(tokenizer), tokenizer.chat_template,
+                    tokenizer(_PROBE, add_special_tokens=False)["input_ids"]],
+  }, sort_keys=True, default=str)
+  name = hashlib.sha256(key.encode()).hexdigest()[:16]
+  return os.path.join(data_dir, "alfworld", f"splits-{name}.json")
+
+
+_PROBE = ("layout: FloorPlan1; task: pick_two_obj_and_place soapbottle -> "
+          "countertop; start: soapbottle in cabinet 1")
+
+
+def _read_cache(domain: AlfworldDomain, path: str | None) -> dict | None:
+  if not path or not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    stored = json.load(f)
+  return {name: {"task": domain.encode_tasks(split["specs"]).reshape(-1, domain.task_len),
+                 "difficulty": np.asarray(split["difficulty"], np.int32),
+                 "specs": split["specs"],
+                 "plan_lengths": np.asarray(split["plan_lengths"], np.int32),
+                 "dropped": split["dropped"]}
+          for name, split in stored.items()}
+
+
+def _write_cache(path: str | None, splits: dict) -> None:
+  if not path:
+    return
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  stored = {name: {"specs": s["specs"], "difficulty": s["difficulty"].tolist(),
+                   "plan_lengths": s["plan_lengths"].tolist(), "dropped": s["dropped"]}
+            for name, s in splits.items()}
+  temporary = f"{path}.{os.getpid()}.tmp"
+  with open(temporary, "w") as f:
+    json.dump(stored, f)
+  os.replace(temporary, path)
 
 
 def main(argv) -> None:

@@ -27,8 +27,8 @@ command ALFWorld does not admit is played too ("Nothing happens.") and counts
 as an invalid action, as does an action cut at `max_action_tokens` without its
 stop token. Winning ends the episode with reward 1 (ALFWorld's score); an
 episode out of turns scores 0. Each row's game stays live between turns
-(`game.GamePool`), and the game `parse` opened serves the first episode of
-its task.
+(`game.GamePool`); `parse` loads no game (the first text of a layout's
+games differs only in the task sentence, `GamePool.opening`).
 """
 
 from __future__ import annotations

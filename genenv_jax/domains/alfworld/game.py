@@ -495,6 +495,7 @@ class GamePool:
     self.capacity = capacity
     self._live: collections.OrderedDict = collections.OrderedDict()
     self._idle: list[_Live] = []
+    self._openings: dict[str, tuple[str, str]] = {}
     self.created = 0
     self.starts = 0
 
@@ -527,10 +528,20 @@ class GamePool:
     return live
 
   def opening(self, spec: Spec) -> str:
-    """The game's first text (the room and the task); the started game is
-    kept for the episodes that follow."""
+    """The game's first text: ALFWorld's welcome, the room as seen from its
+    middle (its receptacles, whatever the objects), "Your task is to: ...".
+    It is the text of the first game opened in the spec's layout with this
+    spec's task sentence in place of that game's, so that no game is loaded
+    for it (tests/test_alfworld.py compares it with TextWorld's)."""
     with _LOCK:
-      return self._opened(spec).state.feedback
+      if spec.layout not in self._openings:
+        text, sentence = self._opened(spec).state.feedback, spec.description()
+        if text.count(sentence) != 1:
+          raise RuntimeError(f"the game's first text holds its task sentence "
+                             f"{sentence!r} {text.count(sentence)} times")
+        self._openings[spec.layout] = tuple(text.split(sentence))
+      head, tail = self._openings[spec.layout]
+      return head + spec.description() + tail
 
   def walkthrough(self, spec: Spec, operators: Sequence[str]) -> tuple[str, ...]:
     """The commands of a plan's PDDL operators (`plan`) in the spec's game,
