@@ -49,7 +49,7 @@ def test_every_registered_domain_implements_the_interface():
         name, entry.domain.__abstractmethods__)
     assert callable(entry.seed_splits), name
     assert domains.registered(name) is entry
-  with pytest.raises(ValueError, match="known: \\['arithmetic'"):
+  with pytest.raises(ValueError, match="known: \\[.*'arithmetic'"):
     domains.registered("chess")
 
 
