@@ -188,6 +188,39 @@ def test_the_host_environment_equals_a_direct_textworld_loop(domain):
       domain.games.play(spec, commands[:i + 1]) for i in range(len(commands))]
 
 
+def test_the_jax_environment_rewards_a_win_and_flags_invalid_actions(domain):
+  """Rows through HostEnvironment's reset/step (jitted, the host callback):
+  the plan wins at its last command, reward 1; an inadmissible or cut
+  command is an invalid action; an all-pad row is done at once."""
+  spec = game.read_spec("layout: FloorPlan402; task: pick_and_place soapbar -> "
+                        "toilet; start: soapbar in countertop 1")
+  plan = domain.games.walkthrough(spec, game.plan(spec))
+  assert len(plan) == 4
+  env = domain.environment
+  rows = np.full((3, domain.task_len), domain.pad_id, np.int32)
+  rows[:2] = domain.encode_tasks([spec.text()] * 2)
+  scripts = [list(plan), ["look", "dance", "take soapbar 1 from countertop 1 " * 3, "look"],
+             ["look"]]
+  state = env.reset(rows)
+  step = jax.jit(env.step)
+  outcomes = []
+  for turn in range(4):
+    action = np.full((3, env.action_len), domain.pad_id, np.int32)
+    for b, script in enumerate(scripts):
+      ids = list(_action(domain, script[min(turn, len(script) - 1)]))
+      ids = ids[:env.action_len]  # the long one loses its stop token
+      action[b, :len(ids)] = ids
+    stepped = step(state, action, action != domain.pad_id)
+    state = stepped.state
+    outcomes.append({k: np.asarray(getattr(stepped, k)).tolist()
+                     for k in ("reward", "done", "success", "invalid_action", "error")})
+  assert [o["done"][0] for o in outcomes] == [False, False, False, True]
+  assert outcomes[3]["reward"][0] == 1.0 and outcomes[3]["success"][0]
+  assert [o["invalid_action"][1] for o in outcomes] == [False, True, True, False]
+  assert outcomes[0]["done"][2] and not outcomes[0]["error"][2]
+  assert not any(e for o in outcomes for e in o["error"])
+
+
 # ------------------------------------------------------------------ the smoke run
 
 
