@@ -153,6 +153,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # slots, so early tokens read less of the KV cache; each part is
       # compiled on its own. 1: one loop over every slot.
       decode_windows=1,
+      # Each prompt's keys and values held once and read by its samples (the
+      # simulator's m variations, the agent's G attempts) rather than copied
+      # into each sample's cache: the same tokens, a cache of P + N slots a
+      # prompt plus N a sample instead of P + N a sample
+      # (genenv_jax/sampling.py). Episodes keep a cache a row.
+      share_prompt_cache=True,
       # How seeds are drawn from D_train: "uniform"; "learnability": ∝
       # p(1 - p) of the agent's recorded success p on each row (+
       # pool.learnability_floor), so the simulator writes variations of the

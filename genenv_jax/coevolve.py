@@ -512,7 +512,8 @@ def sampling_configs(config, domain: TaskDomain
   """(simulator, agent) sampling settings of the step: the simulator writes
   up to simulator_len tokens, the agent answers in up to response_len."""
   cc = config.coevolve
-  stop = dict(eos_ids=domain.stop_ids, pad_id=domain.pad_id)
+  stop = dict(eos_ids=domain.stop_ids, pad_id=domain.pad_id,
+              share_prompt=cc.share_prompt_cache)
   return (SamplingConfig(max_new_tokens=domain.simulator_len,
                          temperature=cc.simulator_temperature,
                          decode_windows=min(cc.decode_windows,

@@ -1,7 +1,8 @@
 """Batched autoregressive sampling with a KV cache, as a pure JAX function.
 
-`sample` prefills each prompt once, repeats its cache for `num_samples`
-continuations, then decodes one token per step inside a `jax.lax.while_loop`
+`sample` prefills each prompt once, shares its keys and values among its
+`num_samples` continuations (`SamplingConfig.share_prompt`; or repeats its
+cache for each), then decodes one token per step inside a `jax.lax.while_loop`
 that stops as soon as every row has emitted a stop token (or the token budget
 is spent). It contains no `jax.jit`, so it can be traced inside a caller's
 jitted step; `make_sampler` wraps it in a jit of its own.
@@ -17,7 +18,11 @@ the vocabulary.
 
 Cache layout: prompt token i sits in slot i (prompts are left-padded, so the
 real tokens occupy the last slots of [0, P)); generated token t sits in slot
-P + t at RoPE position (number of real prompt tokens) + t.
+P + t at RoPE position (number of real prompt tokens) + t. With a shared
+prompt, the prompts' B rows of P slots are one `decoder.SharedPrefix` that the
+R rows read (row r: prompt r // G), and each row's cache holds its N
+generated tokens only (token t in slot t): the prompt's keys and values are
+held once, not G times, and each decode step reads them once per prompt.
 """
 
 from __future__ import annotations
@@ -51,6 +56,9 @@ class SamplingConfig:
       the prompt and the first ceil(N (k + 1) / K) generation slots, so
       decode steps read about (P + N (K + 1) / 2K) slots on average rather
       than P + N (each part a loop compiled on its own).
+    share_prompt: with G > 1 samples a prompt, its keys and values are kept
+      once and read by its G rows (`decoder.SharedPrefix`) rather than
+      copied into each row's cache; the same tokens either way.
   """
 
   max_new_tokens: int
@@ -60,6 +68,7 @@ class SamplingConfig:
   eos_ids: tuple[int, ...] = ()
   pad_id: int = 0
   decode_windows: int = 1
+  share_prompt: bool = True
 
   def __post_init__(self):
     if self.max_new_tokens < 1:
@@ -106,16 +115,21 @@ class PromptCache(NamedTuple):
       (keys [R, K, D, S], values [R, K, S, D] per layer; see
       `decoder.KVCache`): per-layer tuples for an unscanned decoder (each
       decode step then updates every layer's arrays in place), stacked on a
-      leading layer axis for a scanned one.
+      leading layer axis for a scanned one. With `prefix`: S = N slots of
+      generated tokens only.
     kv_mask: bool[R, S]; real prompt slots and every generation slot (slots
       after the current token are hidden by the causal mask).
     num_prompt_tokens: int32[R]; real tokens per prompt.
-    prompt_length: int32 scalar P, the slot of generated token 0.
+    prompt_length: int32 scalar, the slot of generated token 0: P, or 0 with
+      `prefix`.
+    prefix: None, or the prompts' keys and values over B = R / G rows and P
+      slots, shared by each prompt's G rows (`share_rows`).
   """
   cache: decoder.KVCache
   kv_mask: jax.Array
   num_prompt_tokens: jax.Array
   prompt_length: jax.Array
+  prefix: decoder.SharedPrefix | None = None
 
 
 def prefill(model_config: ModelConfig, params, prompt_tokens: jax.Array,
@@ -176,6 +190,33 @@ def repeat_rows(logits: jax.Array, prompt_cache: PromptCache,
       prompt_cache.prompt_length)
 
 
+def share_rows(model_config: ModelConfig, logits: jax.Array,
+               prompt_cache: PromptCache, num_samples: int, max_new_tokens: int
+               ) -> tuple[jax.Array, PromptCache]:
+  """The prompts' cache made a prefix that num_samples rows each read (row
+  b -> rows b*G ... b*G+G-1), and a cache of their own N generation slots.
+
+  Args:
+    logits: f32[B, V].
+    prompt_cache: PromptCache over B rows of P prompt slots (prefilled with
+      no generation slots).
+    max_new_tokens: N.
+
+  Returns:
+    (logits f32[B * G, V], PromptCache over B * G rows with its prefix).
+  """
+  repeat = functools.partial(jnp.repeat, repeats=num_samples, axis=0)
+  rows = logits.shape[0] * num_samples
+  prefix = decoder.SharedPrefix(prompt_cache.cache.k, prompt_cache.cache.v,
+                                prompt_cache.kv_mask)
+  own = decoder.init_cache(model_config, rows, max_new_tokens,
+                           per_layer=decoder.is_per_layer(prompt_cache.cache))
+  return repeat(logits), PromptCache(
+      own, jnp.ones((rows, max_new_tokens), bool),
+      repeat(prompt_cache.num_prompt_tokens), jnp.zeros((), jnp.int32),
+      prefix)
+
+
 def decode_step(model_config: ModelConfig, params, prompt_cache: PromptCache,
                 tokens: jax.Array,
                 step: jax.Array) -> tuple[jax.Array, decoder.KVCache]:
@@ -193,7 +234,8 @@ def decode_step(model_config: ModelConfig, params, prompt_cache: PromptCache,
   positions = (prompt_cache.num_prompt_tokens + step)[:, None]
   logits, cache = decoder.Decoder(model_config).apply(
       {"params": params}, tokens[:, None], positions, prompt_cache.kv_mask,
-      prompt_cache.cache, prompt_cache.prompt_length + step)
+      prompt_cache.cache, prompt_cache.prompt_length + step,
+      prefix=prompt_cache.prefix)
   return logits[:, 0], cache
 
 
@@ -411,9 +453,14 @@ def sample(model_config: ModelConfig, params, prompt_tokens: jax.Array,
   if num_samples < 1:
     raise ValueError(f"num_samples={num_samples} must be >= 1.")
   n = sampling.max_new_tokens
+  shared = sampling.share_prompt and num_samples > 1
   logits, prompt_cache = prefill(model_config, params, prompt_tokens,
-                                 prompt_mask, n)
-  logits, prompt_cache = repeat_rows(logits, prompt_cache, num_samples)
+                                 prompt_mask, 0 if shared else n)
+  if shared:
+    logits, prompt_cache = share_rows(model_config, logits, prompt_cache,
+                                      num_samples, n)
+  else:
+    logits, prompt_cache = repeat_rows(logits, prompt_cache, num_samples)
   rows = logits.shape[0]
 
   uniforms = step_uniforms(rng, n, rows, sampling)
@@ -452,13 +499,14 @@ def sample(model_config: ModelConfig, params, prompt_tokens: jax.Array,
   # (its loop counts from 0, so that the compiled loop's trip count reads
   # off its condition): its steps feed tokens (slots P + step) below
   # end_k - 1, so it attends to the first P + end_k slots.
-  prompt_length = prompt_tokens.shape[1]
+  # The cache's slots before generated token 0: the prompt's, unless shared.
+  prompt_slots = 0 if shared else prompt_tokens.shape[1]
   start = 1
   for end in window_ends(n, sampling.decode_windows):
     if end <= start:
       continue
     context = prompt_cache._replace(
-        kv_mask=prompt_cache.kv_mask[:, :prompt_length + end])
+        kv_mask=prompt_cache.kv_mask[:, :prompt_slots + end])
     _, state = jax.lax.while_loop(
         lambda count_state, trips=end - start: (
             (count_state[0] < trips) & ~jnp.all(count_state[1].done)),

@@ -69,6 +69,18 @@ class KVCache(NamedTuple):
   v: jax.Array | tuple[jax.Array, ...]
 
 
+class SharedPrefix(NamedTuple):
+  """Keys and values of B prompts read by a decode call over R = B * G rows,
+  row r reading prompt r // G (G samples of each prompt share one copy of its
+  keys and values), in the layouts of `KVCache`: stacked, k: [L, B, K, D, P]
+  and v: [L, B, K, P, D]; or per layer, tuples of L arrays [B, K, D, P] and
+  [B, K, P, D]; mask: bool[B, P], the prompts' real slots. Read only: the
+  call's own keys and values go to its (per-row) cache."""
+  k: jax.Array | tuple[jax.Array, ...]
+  v: jax.Array | tuple[jax.Array, ...]
+  mask: jax.Array
+
+
 # Logical axes of one layer's cached keys and values.
 KEY_CACHE_AXES = ("batch", "kv_heads", "head_dim", "cache_length")
 VALUE_CACHE_AXES = ("batch", "kv_heads", "cache_length", "head_dim")
@@ -98,7 +110,7 @@ def init_cache(config: ModelConfig, batch: int, length: int,
                    for shape in shapes))
 
 
-def is_per_layer(cache: KVCache) -> bool:
+def is_per_layer(cache: KVCache | SharedPrefix) -> bool:
   """Whether `cache` holds per-layer tuples rather than stacked arrays."""
   return isinstance(cache.k, (tuple, list))
 
@@ -223,6 +235,31 @@ def _attention_values(probs: jax.Array, values: jax.Array, cached: bool,
   return jnp.einsum("bkgts,bksd->btkgd", probs, values)
 
 
+def _prefix_scores(q: jax.Array, prefix_k: jax.Array,
+                   prefix_mask: jax.Array) -> jax.Array:
+  """f32[R, K, G, P] scores of one query per row q: [R, K, G, D] against its
+  prompt's keys prefix_k: [B, K, D, P] (row r reads prompt r // (R / B)),
+  -inf at the prompt's padding (prefix_mask bool[B, P] false); not scaled."""
+  r, k, g, d = q.shape
+  b = prefix_k.shape[0]
+  scores = jnp.einsum("bnkgd,bkdp->bnkgp", q.reshape(b, r // b, k, g, d),
+                      prefix_k.astype(q.dtype),
+                      preferred_element_type=jnp.float32)
+  scores = jnp.where(prefix_mask[:, None, None, None], scores, _NEG_INF)
+  return scores.reshape(r, k, g, -1)
+
+
+def _prefix_values(probs: jax.Array, prefix_v: jax.Array, dtype) -> jax.Array:
+  """[R, K, G, D] = probs f32[R, K, G, P] @ each row's prompt values
+  prefix_v: [B, K, P, D]."""
+  r, k, g, p = probs.shape
+  b = prefix_v.shape[0]
+  out = jnp.einsum("bnkgp,bkpd->bnkgd",
+                   probs.reshape(b, r // b, k, g, p).astype(dtype),
+                   prefix_v.astype(dtype))
+  return out.reshape(r, k, g, -1)
+
+
 def _write_stacked(cache: StackedLayerCache, key: jax.Array, val: jax.Array,
                    cache_index) -> StackedLayerCache:
   """Writes a call's keys and values [B, T, K, D] into the stacked cache at
@@ -259,7 +296,7 @@ def _layer_slice(cache: StackedLayerCache,
 
 
 def _decode_from_stacked(q, key, val, cache: StackedLayerCache, kv_mask,
-                         cache_index, dtype):
+                         cache_index, dtype, prefix=None):
   """One token's attention in a scanned layer, then its entries written.
 
   Attends over the layer's cached slots before `cache_index` (read where
@@ -270,7 +307,9 @@ def _decode_from_stacked(q, key, val, cache: StackedLayerCache, kv_mask,
   also into another layout).
 
   q: [B, 1, K, G, D]; key, val: [B, 1, K, D]; kv_mask: bool[B, W], the
-  first W slots of the cache attended to.
+  first W slots of the cache attended to; prefix: None, or this layer's
+  shared prompts (keys [Bp, K, D, P], values [Bp, K, P, D], mask
+  bool[Bp, P]; B = Bp * samples), attended before the cache's slots.
   Returns ([B, 1, K, G, D] in `dtype`, the updated StackedLayerCache).
   """
   d = q.shape[-1]
@@ -284,10 +323,19 @@ def _decode_from_stacked(q, key, val, cache: StackedLayerCache, kv_mask,
   own_seen = jax.lax.dynamic_index_in_dim(kv_mask, cache_index, axis=1)
   scores = jnp.where(earlier[:, None, None], scores, _NEG_INF)  # [B, K, G, W]
   own = jnp.where(own_seen[:, :, None], own, _NEG_INF)  # [B, K, G]
-  probs = jax.nn.softmax(jnp.concatenate([scores, own[..., None]], -1), -1)
+  parts = [scores, own[..., None]]
+  if prefix is not None:
+    parts.insert(0, _prefix_scores(q[:, 0], prefix[0], prefix[2]) / math.sqrt(d))
+  probs = jax.nn.softmax(jnp.concatenate(parts, -1), -1)
+  if prefix is not None:
+    num_prefix = prefix[0].shape[-1]
+    prefix_out = _prefix_values(probs[..., :num_prefix], prefix[1], dtype)
+    probs = probs[..., num_prefix:]
   out = (_attention_values(probs[:, :, :, None, :-1], cached_v, True,
                            dtype)[:, 0]
          + probs[..., -1:].astype(dtype) * own_v.astype(dtype)[:, :, None])
+  if prefix is not None:
+    out = out + prefix_out
   # The written entries are made to depend on the attention's result (0
   # times a finite value: exact), so the write provably follows the reads
   # and the carried cache is updated in place. Without a data dependency
@@ -371,11 +419,15 @@ class Attention(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, kv_mask, layer_cache, cache_index):
+  def __call__(self, x, positions, kv_mask, layer_cache, cache_index,
+               prefix=None):
     """x: [B, T, E]; positions: int[B, T]; kv_mask: bool[B, W] (W <= S, the
       cache's slots, see the module doc);
     layer_cache: this layer's (k [B, K, D, S], v [B, K, S, D]), a
-      StackedLayerCache, or None; cache_index: int scalar.
+      StackedLayerCache, or None; cache_index: int scalar;
+    prefix: None, or (with a cache, one token a row) this layer's shared
+      prompts (keys [Bp, K, D, P], values [Bp, K, P, D], mask bool[Bp, P];
+      B = Bp * samples, `SharedPrefix`), attended before the cache's slots.
     Returns ([B, T, E], the updated layer cache, same kind, or None)."""
     cfg = self.config
     e, h, k, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -392,9 +444,13 @@ class Attention(nn.Module):
 
     b, t = x.shape[:2]
     q = q.reshape(b, t, k, h // k, d)
+    if prefix is not None and (layer_cache is None or t != 1):
+      raise ValueError("A shared prefix is read by decode calls only: one "
+                       f"token a row ({t} given) with a cache.")
     if isinstance(layer_cache, StackedLayerCache) and t == 1:
       out, layer_cache = _decode_from_stacked(q, key, val, layer_cache,
-                                              kv_mask, cache_index, cfg.dtype)
+                                              kv_mask, cache_index, cfg.dtype,
+                                              prefix)
       out = out.reshape(b, t, h, d)
     else:
       cached = layer_cache is not None
@@ -437,9 +493,19 @@ class Attention(nn.Module):
         causal = jnp.arange(s)[None, :] <= q_slot[:, None]  # [T, S]
         allowed = causal[None] & kv_mask[:, None, :]  # [B, T, S]
         scores = jnp.where(allowed[:, None, None], scores, _NEG_INF)
-        probs = jax.nn.softmax(scores, axis=-1)
-        out = _attention_values(probs, val, cached, cfg.dtype).reshape(
-            b, t, h, d)
+        if prefix is None:
+          probs = jax.nn.softmax(scores, axis=-1)
+          out = _attention_values(probs, val, cached, cfg.dtype)
+        else:  # one token a row (checked above): T = 1
+          num_prefix = prefix[0].shape[-1]
+          probs = jax.nn.softmax(jnp.concatenate(
+              [_prefix_scores(q[:, 0], prefix[0], prefix[2])[:, :, :, None]
+               / math.sqrt(d), scores], axis=-1), axis=-1)
+          out = (_attention_values(probs[..., num_prefix:], val, cached,
+                                   cfg.dtype)
+                 + _prefix_values(probs[:, :, :, 0, :num_prefix], prefix[1],
+                                  cfg.dtype)[:, None])
+        out = out.reshape(b, t, h, d)
     out = nn.with_logical_constraint(out, ("batch", "length", "heads",
                                            "head_dim"))
     y = Projection(cfg, (h, d), (e,), ("heads", "head_dim", "embed"),
@@ -464,15 +530,18 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
   """Pre-norm transformer block (scanned over the layers by `_layer_step`):
-  (x, layer_cache, positions, kv_mask, cache_index) -> (x, layer_cache)."""
+  (x, layer_cache, positions, kv_mask, cache_index, prefix) -> (x,
+  layer_cache); prefix: None or the layer's (keys, values, mask) of a
+  `SharedPrefix`."""
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, layer_cache, positions, kv_mask, cache_index):
+  def __call__(self, x, layer_cache, positions, kv_mask, cache_index,
+               prefix=None):
     cfg = self.config
     attn_out, layer_cache = Attention(cfg, name="attn")(
         RMSNorm(cfg, name="attn_norm")(x), positions, kv_mask, layer_cache,
-        cache_index)
+        cache_index, prefix)
     x = x + attn_out
     x = x + MLP(cfg, name="mlp")(RMSNorm(cfg, name="mlp_norm")(x))
     x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
@@ -494,13 +563,21 @@ def _block_class(config: ModelConfig):
                   prevent_cse=not config.scan_layers)
 
 
-def _layer_step(block, carry, layer, positions, kv_mask, cache_index):
+def _layer_step(block, carry, layer, positions, kv_mask, cache_index,
+                prefix):
   """One layer of the scan: carry (x [B, T, E], stacked KVCache or None),
-  layer int32 scalar; the cache is updated in place (`StackedLayerCache`)."""
+  layer int32 scalar; the cache is updated in place (`StackedLayerCache`);
+  prefix: a stacked `SharedPrefix` or None, of which the layer reads its
+  own."""
   x, cache = carry
   layer_cache = (None if cache is None else
                  StackedLayerCache(cache.k, cache.v, layer))
-  x, layer_cache = block(x, layer_cache, positions, kv_mask, cache_index)
+  if prefix is not None:
+    prefix = (jax.lax.dynamic_index_in_dim(prefix.k, layer, keepdims=False),
+              jax.lax.dynamic_index_in_dim(prefix.v, layer, keepdims=False),
+              prefix.mask)
+  x, layer_cache = block(x, layer_cache, positions, kv_mask, cache_index,
+                         prefix)
   if cache is not None:
     cache = KVCache(layer_cache.k, layer_cache.v)
   return (x, cache), None
@@ -508,11 +585,12 @@ def _layer_step(block, carry, layer, positions, kv_mask, cache_index):
 
 def _scanned_layers(config: ModelConfig):
   """`_layer_step` scanned over the layers: call it with (block, (x, cache),
-  layer indices int32[L], positions, kv_mask, cache_index); the block's
+  layer indices int32[L], positions, kv_mask, cache_index, prefix); the block's
   parameters are stacked on a leading axis named "layers"."""
   return nn.scan(_layer_step, variable_axes={"params": 0},
                  split_rngs={"params": True},
-                 in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast),
+                 in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast,
+                          nn.broadcast),
                  length=config.num_layers,
                  metadata_params={nn.PARTITION_NAME: "layers"})
 
@@ -543,7 +621,7 @@ class Decoder(nn.Module):
                                 out_dtype=cfg.logits_dtype)
 
   def __call__(self, tokens, positions, kv_mask, cache=None, cache_index=0,
-               return_hidden=False):
+               return_hidden=False, prefix=None):
     """Runs the decoder.
 
     Args:
@@ -556,6 +634,9 @@ class Decoder(nn.Module):
       cache_index: int32 scalar, the slot of tokens[:, 0].
       return_hidden: return final-norm hidden states [B, T, E] instead of
         logits (for chunked log-prob computation via `logits`).
+      prefix: a `SharedPrefix` over B / G prompts, attended by every row
+        before its cache's slots (decode only: T = 1, with a cache); the
+        cache then holds each row's own slots only.
 
     Returns:
       (logits f32[B, T, V] or hidden [B, T, E], updated cache or None).
@@ -571,17 +652,23 @@ class Decoder(nn.Module):
     if self.config.scan_layers:
       if per_layer:
         cache = KVCache(jnp.stack(cache.k), jnp.stack(cache.v))
+      if prefix is not None and is_per_layer(prefix):
+        prefix = SharedPrefix(jnp.stack(prefix.k), jnp.stack(prefix.v),
+                              prefix.mask)
       layers = jnp.arange(self.config.num_layers, dtype=jnp.int32)
       (x, cache), _ = _scanned_layers(self.config)(
           self.layers, (x, cache), layers, positions, kv_mask,
-          jnp.asarray(cache_index, jnp.int32))
+          jnp.asarray(cache_index, jnp.int32), prefix)
       if per_layer:
         cache = KVCache(*(tuple(c) for c in cache))
     else:
       new_k, new_v = [], []
       for i, layer in enumerate(self.layers):
         layer_cache = None if cache is None else (cache.k[i], cache.v[i])
-        x, layer_cache = layer(x, layer_cache, positions, kv_mask, cache_index)
+        layer_prefix = (None if prefix is None else
+                        (prefix.k[i], prefix.v[i], prefix.mask))
+        x, layer_cache = layer(x, layer_cache, positions, kv_mask, cache_index,
+                               layer_prefix)
         if cache is not None:
           new_k.append(layer_cache[0])
           new_v.append(layer_cache[1])

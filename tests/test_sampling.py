@@ -334,6 +334,55 @@ def test_decode_windows_change_no_token(scan_layers):
   assert min(lengths) <= 3 and max(lengths) > 6, lengths
 
 
+@pytest.mark.parametrize("scan_layers", [False, True])
+@pytest.mark.parametrize("windows", [1, 3])
+def test_a_shared_prompt_gives_the_samples_of_repeated_caches(scan_layers,
+                                                             windows):
+  """Each prompt's keys and values held once and read by its G rows
+  (share_prompt) draw the same tokens, with the same log-probs, as G copies
+  of its cache, rows stopping early included."""
+  _, _, prompts, prompt_mask, _ = _stopping_setup()
+  config = _config(vocab_size=16, scan_layers=scan_layers)
+  params = _random_params(config, 4)
+  shared = dataclasses.replace(_STOPPING, decode_windows=windows)
+  copied = dataclasses.replace(shared, share_prompt=False)
+  lengths = []
+  for seed in range(3):
+    want = _cached_sampler(config, copied, 3)(params, prompts, prompt_mask,
+                                              jax.random.key(seed))
+    got = _cached_sampler(config, shared, 3)(params, prompts, prompt_mask,
+                                             jax.random.key(seed))
+    np.testing.assert_array_equal(got.tokens, want.tokens)
+    np.testing.assert_array_equal(got.mask, want.mask)
+    np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-6)
+    lengths += np.asarray(want.lengths).tolist()
+  assert min(lengths) < max(lengths), lengths  # rows stopped apart
+
+
+def test_a_shared_prompt_holds_its_cache_once():
+  """The compiled sampler's buffers grow with the number of samples by each
+  row's own generation slots when the prompt is shared, and by at least a
+  copy of the prompt's keys and values a row when it is not."""
+  config = _config(vocab_size=16, scan_layers=True)
+  params = _random_params(config, 0)
+  prompts, prompt_mask = _left_padded(np.random.default_rng(0), [60, 40], 64,
+                                      16)
+  shared = sampling.SamplingConfig(max_new_tokens=4, temperature=1.0)
+  copied = dataclasses.replace(shared, share_prompt=False)
+
+  def temp_bytes(sampling_config, samples):
+    return sampling.make_sampler(config, sampling_config, samples).lower(
+        params, prompts, prompt_mask, jax.random.key(0)).compile(
+        ).memory_analysis().temp_size_in_bytes
+  # 16 more rows (2 prompts x 8 more samples) hold, as copies, 16 x 2
+  # layers x (keys, values) x 2 kv heads x 8 dims x 64 prompt slots x 4 bytes.
+  prompt_copies = 16 * 2 * 2 * 2 * 8 * 64 * 4
+  shared_growth = temp_bytes(shared, 16) - temp_bytes(shared, 8)
+  copied_growth = temp_bytes(copied, 16) - temp_bytes(copied, 8)
+  assert shared_growth < prompt_copies <= copied_growth, (shared_growth,
+                                                          copied_growth)
+
+
 def test_every_row_stopping_at_once_ends_generation():
   config = _config(vocab_size=16)
   params = _random_params(config, 6)
