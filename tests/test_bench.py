@@ -262,3 +262,19 @@ def test_tunix_worker_runs_on_the_requested_devices_with_our_other_flags(
 def test_tunix_devices_must_be_positive():
   with pytest.raises(SystemExit, match="--tunix_devices=0"):
     compare.main(["sampler", "--tunix_devices", "0"])
+
+
+def test_prompt_sharing_bench_reports_both_samplers(capsys):
+  """train.bench.prompt_sharing: one JSON line per number of samples, the
+  shared sampler's temporaries below the copied one's by at least half of
+  what the copies of the prompt's keys and values take (XLA's buffer
+  assignment reuses some of the copies' space), and both timed when asked."""
+  from train.bench import prompt_sharing  # pylint: disable=import-outside-toplevel
+  assert prompt_sharing.main([
+      "--preset=tiny", "--prompts=2", "--prompt_len=64", "--new_tokens=4",
+      "--samples=8", "--time_repeats=1"]) == 0
+  record = json.loads(capsys.readouterr().out.strip())
+  assert record["samples"] == 8 and record["shared_s"] > 0
+  assert record["copied_s"] > 0
+  saved = record["copied_temp_gib"] - record["shared_temp_gib"]
+  assert saved >= 0.5 * record["kv_cache_copies_gib"] > 0, record
