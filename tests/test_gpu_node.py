@@ -312,9 +312,12 @@ def test_the_exit_status_is_train_mains(tmp_path):
       "--process_id=1"], dict(PATH="/usr/bin:/bin"), "pass --gpus_per_node=N"),
 ])
 def test_bad_launches_fail_naming_the_flag(tmp_path, args, env, message):
-  if "PATH" in env:  # no nvidia-smi, no CUDA_VISIBLE_DEVICES
-    if any(pathlib.Path(d, "nvidia-smi").exists() for d in ("/usr/bin", "/bin")):
-      pytest.skip("this host has nvidia-smi")
+  if "PATH" in env:  # no CUDA_VISIBLE_DEVICES, an nvidia-smi listing no GPU
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'No devices were found'\n")
+    smi.chmod(0o755)
   out, call = _launch(tmp_path, args, **env)
   assert out.returncode == 2 and call is None
   assert re.search(message, out.stderr), out.stderr
