@@ -18,6 +18,10 @@ from train.runtime import cpu_flags  # pylint: disable=g-import-not-at-top,wrong
 
 cpu_flags.use_one_device_per_core(cores=8)
 cpu_flags.use_library_fusions()
+# Tests compile many small programs, each run briefly: their machine code is
+# compiled fast (the HLO programs are the same; train/runtime/cpu_flags.py).
+# Subprocesses the tests start inherit it through XLA_FLAGS.
+cpu_flags.use_fast_compiles()
 
 import jax  # pylint: disable=g-import-not-at-top
 

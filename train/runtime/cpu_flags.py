@@ -121,6 +121,25 @@ def flags_per_process(num_processes: int,
   return with_device_count(flags, total // num_processes)
 
 
+# LLVM's lowest optimisation level and none of its expensive passes: XLA's
+# HLO passes (fusion, sharding, buffer assignment) are unchanged, so the
+# programs and their memory are the same (same optimised HLO and buffer
+# sizes, checked on a sharded program); their machine code compiles faster
+# and runs slower. For tests, whose small programs spend more time compiling
+# than running.
+FAST_COMPILE_FLAGS = (
+    ("--xla_backend_optimization_level", 0),
+    ("--xla_llvm_disable_expensive_passes", "true"),
+)
+
+
+def use_fast_compiles(environ: MutableMapping[str, str] = os.environ
+                      ) -> None:
+  """Adds FAST_COMPILE_FLAGS to environ["XLA_FLAGS"], each unless set."""
+  for flag, value in FAST_COMPILE_FLAGS:
+    _add_unless_set(environ, flag, value)
+
+
 def use_project_settings(environ: MutableMapping[str, str] = os.environ
                          ) -> None:
   """Both of the above: what the entry points (demo, benchmarks) run with."""
