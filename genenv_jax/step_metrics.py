@@ -32,10 +32,11 @@ def per_step(x) -> jax.Array:
   return ratio(x, 1.0)
 
 
-def metric_values(metrics: dict) -> dict:
-  """{name: sum / count} of one step's metrics (0 where count is 0)."""
-  return {name: value[0] / jnp.maximum(value[1], 1e-30) * (value[1] > 0)
-          for name, value in metrics.items()}
+def metric_values(metrics: dict) -> dict[str, float]:
+  """{name: sum / count} of one step's metrics (0 where count is 0), read
+  to the host in one transfer (not one device program per metric)."""
+  return {name: float(total / count) if count > 0 else 0.0
+          for name, (total, count) in jax.device_get(metrics).items()}
 
 
 def step_metrics(config, domain: TaskDomain, state: CoevolveState,

@@ -1,7 +1,5 @@
 """Running the jitted co-evolution step in tests."""
 
-import jax
-
 from genenv_jax import coevolve
 from genenv_jax import step_metrics
 from genenv_jax import sharding
@@ -19,5 +17,5 @@ def run_steps(config, domain, players, state, shardings, mesh, num_steps,
   history = []
   for _ in range(num_steps):
     state, metrics = step.fn(state)
-    history.append(jax.device_get(step_metrics.metric_values(metrics)))
+    history.append(step_metrics.metric_values(metrics))
   return state, history, step.trace_count()

@@ -113,7 +113,7 @@ def run(tmp_path_factory):
   history = []
   for _ in range(3):
     state, metrics = step.fn(state)
-    history.append(jax.device_get(step_metrics.metric_values(metrics)))
+    history.append(step_metrics.metric_values(metrics))
   return dict(config=config, domain=domain, seeds=seeds, players=players,
               loaded_q=loaded_q, state=state, history=history, traces=step.trace_count(),
               sizes=(num_train, num_test))
