@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any, Sequence
 
 import jax
@@ -38,6 +39,14 @@ class Agent:
   model: ModelConfig
   params: Any
   tokenizer: Any
+
+
+def batch_mesh(batch_size: int):
+  """A mesh for decoding batches of `batch_size` rows: rows are split over its
+  data axis, and one that does not divide the batch would have every device
+  decode the whole batch, so it spans the devices that do."""
+  devices = jax.devices()[:math.gcd(batch_size, jax.device_count())]
+  return sharding.make_mesh(dict(data=-1, fsdp=1, tensor=1), devices)
 
 
 def load_agent(run: str, hf_dir: str, step: int | None, dtype: str, mesh) -> Agent:

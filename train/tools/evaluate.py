@@ -11,10 +11,15 @@ Table 1's Bamboogle, API-Bank (levels 1-3) and TravelPlanner by generation.
       (--run WORKDIR [--step N] | --hf_dir DIR)] (--data_dir DIR | --download) \
       [--limit K] --predictions FILE
   python -m train.tools.evaluate {bamboogle,api_bank,travelplanner} --write_fixture DIR
+  python -m train.tools.evaluate alfworld [--generate (--run WORKDIR [--step N] | \
+      --hf_dir DIR)] [--data_dir DIR | --download] [--limit K] [--max_turns T] \
+      --predictions FILE
 
-The last three read each benchmark's own files, answer its items with the agent
-(train/tools/table1.py) and score them; their sources, licences, protocols and
-headline figures are in docs/benchmarks.md.
+The Table 1 commands read each benchmark's own files, answer its items with the
+agent (train/tools/table1.py) and score them; alfworld plays ALFWorld-synthetic
+(or with --data_dir / --download ALFWorld's official games) as episodes and
+scores them by replaying the commands in the games (train/tools/alfworld_eval.py).
+Their sources, licences, protocols and headline figures are in docs/benchmarks.md.
 
 Predictions FILE is JSON lines, one `{"id": ..., "result": "<model output text>"}` per
 example (BFCL's result-file fields). With `--generate` the bfcl command writes FILE
@@ -59,6 +64,7 @@ from typing import Any, Callable
 from genenv_jax.scoring import INVALID, InputError, Verdict, apibank, bfcl, qa
 from genenv_jax.scoring import bfcl_multi_turn
 from genenv_jax.scoring import read_jsonl
+from train.tools import alfworld_eval
 from train.tools import table1
 
 
@@ -226,6 +232,10 @@ def _run_table1(args, bench) -> None:
   table1.run(args, bench, read_predictions, _report)
 
 
+def _run_alfworld(args) -> None:
+  alfworld_eval.run(args, _report, _verdict_row)
+
+
 def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog="python -m train.tools.evaluate",
@@ -276,6 +286,11 @@ def _parser() -> argparse.ArgumentParser:
     if name == "travelplanner":
       sub.add_argument("--split", default="validation",
                        choices=("train", "validation", "test"))
+  sub = commands.add_parser(
+      "alfworld", help="ALFWorld-synthetic (or the official games): the model's "
+                       "episodes, success rate")
+  sub.set_defaults(run=_run_alfworld)
+  alfworld_eval.add_arguments(sub)
   sub = command("apibank", _run_apibank, "API-Bank call match")
   sub.add_argument("--data", required=True, help="JSONL of gold API calls")
   sub = command("qa", _run_qa, "question answering exact match / F1")

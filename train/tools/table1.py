@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import sys
 import time
 from typing import Any, Callable, Sequence
@@ -172,17 +171,11 @@ def _select(bench: Benchmark, items: list, args) -> list:
 
 
 def _generate(bench: Benchmark, items: list, args) -> None:
-  import jax  # pylint: disable=import-outside-toplevel
-  from genenv_jax import sharding  # pylint: disable=import-outside-toplevel
   from train.tools import agent_generate  # pylint: disable=import-outside-toplevel
 
   if not items:
     raise InputError(f"{bench.name}: no items to answer")
-  # Rows are split over the mesh's data axis: one that does not divide the batch
-  # would have every device decode the whole batch, so the mesh spans the
-  # devices that do.
-  devices = jax.devices()[:math.gcd(args.batch_size, jax.device_count())]
-  mesh = sharding.make_mesh(dict(data=-1, fsdp=1, tensor=1), devices)
+  mesh = agent_generate.batch_mesh(args.batch_size)
   agent = agent_generate.load_agent(args.run_dir, args.hf_dir, args.step, args.dtype, mesh)
   prompts = [bench.messages(item) for item in items]
   limit = agent.model.max_position_embeddings
