@@ -293,10 +293,28 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.profile_first_step = 0  # > 0: a jax.profiler trace of 3 steps from this step
   if size:
     _SIZES[size](c)
+  return with_arm(c, arm)
+
+
+def with_arm(c: ml_collections.ConfigDict, arm: str) -> ml_collections.ConfigDict:
+  """`c` with the baseline arm `arm` (a name in ARMS; "" none) applied and
+  named in c.arm."""
   if arm:
     ARMS[arm](c)
     c.arm = arm
   return c
+
+
+def smoke_and_arm(arg: str | None, config_file: str, full_run: str
+                  ) -> tuple[bool, str]:
+  """For a config whose sizes are the `full_run` (no size named) and "smoke":
+  (whether `arg`, its get_config arg read as here, names "smoke", the arm it
+  names or ""); a ValueError naming `config_file` for any other size."""
+  size, arm = _parse_variants(arg)
+  if size not in ("", "smoke"):
+    raise ValueError(f"{config_file}: variant {size!r}; its sizes are the "
+                     f"{full_run} (none) and 'smoke'.")
+  return size == "smoke", arm
 
 
 def _parse_variants(arg: str | None) -> tuple[str, str]:

@@ -25,10 +25,7 @@ from configs import default
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """arg: as configs/default.py's ("smoke" and/or one arm of default.ARMS)."""
-  size, arm = default._parse_variants(arg)  # pylint: disable=protected-access
-  if size not in ("", "smoke"):
-    raise ValueError(f"configs/maze.py: variant {size!r}; its sizes are the "
-                     "demo's (none) and 'smoke'.")
+  smoke, arm = default.smoke_and_arm(arg, "configs/maze.py", "demo's")
   c = default.get_config()
   c.task = ml_collections.ConfigDict(dict(
       name="maze",
@@ -103,12 +100,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.eval = ml_collections.ConfigDict(dict(every_steps=20, samples=4))
   c.log_every = 5
   c.checkpoint_every = 40
-  if size == "smoke":
+  if smoke:
     _shrink_to_smoke(c)
-  if arm:
-    default.ARMS[arm](c)
-    c.arm = arm
-  return c
+  return default.with_arm(c, arm)
 
 
 def _shrink_to_smoke(c: ml_collections.ConfigDict) -> None:

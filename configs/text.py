@@ -61,12 +61,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     raise ValueError(f"configs/text.py: unknown variant {arg!r}; expected none or one "
                      f"of {VARIANTS}.")
   c = default.get_config()
-  # Text runs keep uniform seeds and the paper's GRPO normalisation (their
-  # measured settings, docs/text_tasks.md); the arithmetic demo's choices
-  # (docs/demo.md) have not been measured on text.
-  c.coevolve.seed_selection = "uniform"
-  c.pool.replay_selection = "uniform"
-  c.grpo.update(normalize_std=True, pg_normalizer="all")
+  chat_model_training(c)
   # Greedy held-out evaluation only: sampling K answers per task of a chat
   # model costs K generations.
   c.eval.update(every_steps=20, samples=0)
@@ -117,18 +112,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       test_fraction=0.1,       # held out when the directory has no test* files
   ))
   c.data.seed = c.get_ref("seed") + 0  # follows config.seed
-  for player in (c.agent, c.simulator):
-    player.model_overrides = ml_collections.ConfigDict(dict(
-        dtype="bfloat16", param_dtype="float32"))
-  # Paper: AdamW, lr 1e-6 (agent) and 5e-7 (simulator).
-  c.agent.learning_rate = 1e-6
-  c.simulator.learning_rate = 5e-7
-  c.grpo.kl_coef = 0.001
-
-  c.warmstart.update(agent_steps=0, simulator_steps=0)  # instruction-tuned players start as they are
-  c.coevolve.update(num_steps=200, num_seeds=8, variations=4, attempts=8,
-                    agent_minibatches=4)
-  c.curriculum.success_threshold = 1.0  # lower it for the f1 verifier
   c.pool.update(capacity=16384, num_base=2048, base_max_difficulty=c.task.max_difficulty,
                 replay_tasks=8, generation_capacity=2048)
   if arg == "cpu":
@@ -142,6 +125,31 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if arg == "bfcl_multi_turn_smoke":
       _shrink_bfcl_multi_turn(c)
   return c
+
+
+def chat_model_training(c: ml_collections.ConfigDict) -> None:
+  """How the runs of instruction-tuned chat players train (text tasks,
+  ALFWorld): uniform seeds and replay and the paper's GRPO normalisation
+  (their measured settings on text, docs/text_tasks.md; the arithmetic
+  demo's choices, docs/demo.md, have not been measured on text); bf16
+  players with f32 parameters; the paper's AdamW learning rates, 1e-6
+  (agent) and 5e-7 (simulator), and KL coefficient; no warm start (the
+  players start as they are); 200 steps of 8 seeds, 4 variations and 8
+  attempts; an attempt succeeds at reward 1 (lower
+  curriculum.success_threshold for the f1 verifier)."""
+  c.coevolve.seed_selection = "uniform"
+  c.pool.replay_selection = "uniform"
+  c.grpo.update(normalize_std=True, pg_normalizer="all")
+  for player in (c.agent, c.simulator):
+    player.model_overrides = ml_collections.ConfigDict(dict(
+        dtype="bfloat16", param_dtype="float32"))
+  c.agent.learning_rate = 1e-6
+  c.simulator.learning_rate = 5e-7
+  c.grpo.kl_coef = 0.001
+  c.warmstart.update(agent_steps=0, simulator_steps=0)
+  c.coevolve.update(num_steps=200, num_seeds=8, variations=4, attempts=8,
+                    agent_minibatches=4)
+  c.curriculum.success_threshold = 1.0
 
 
 def _bfcl(c: ml_collections.ConfigDict) -> None:
@@ -191,39 +199,54 @@ def _bfcl_multi_turn(c: ml_collections.ConfigDict) -> None:
 
 
 def _shrink_bfcl_multi_turn(c: ml_collections.ConfigDict) -> None:
-  """Tiny random players on the project's Qwen tokenizer cache
-  (`python -m train.tools.real_models qwen_tokenizer`), first turns only,
-  function names for docs, a few short steps: sizes a 2-core CPU runs."""
-  cache = os.environ.get("GENENV_CACHE") or os.path.join(
-      os.path.expanduser("~"), ".cache", "genenv_jax")
-  c.task.update(tokenizer_dir=os.path.join(cache, "qwen-tokenizer"),
-                pad_token="<|endoftext|>", function_docs="names",
+  """The episodic smoke sizes (`episodic_smoke_sizes`), first turns only,
+  function names for docs, a few short steps."""
+  episodic_smoke_sizes(c, num_steps=3, num_base=32, eval_every_steps=1000)
+  c.task.update(function_docs="names",
                 max_prompt_tokens=160, max_written_tokens=160,
                 max_simulator_tokens=160, max_turns=3, max_action_tokens=24,
                 max_observation_tokens=48, calls_per_level=1, max_difficulty=2)
   c.data.update(max_seed_turns=1, test_fraction=0.2)
+
+
+def episodic_smoke_sizes(c: ml_collections.ConfigDict, *, num_steps: int,
+                         num_base: int, eval_every_steps: int) -> None:
+  """What the episodic domains' smoke runs share, sizes a 2-core CPU runs:
+  both players tiny random decoders (one layer of width 32, f32, learning
+  rate 1e-3) on the project's Qwen tokenizer cache (`python -m
+  train.tools.real_models qwen_tokenizer`), its <|endoftext|> the pad;
+  `num_steps` steps of 8 generations and (8 + 8 replayed) x 2 = 32 episodes,
+  rows that split evenly over up to 8 CPU devices (a minibatch: 16 rows); a
+  pool of 256 with `num_base` seeds of levels 1..2; greedy held-out
+  evaluation every `eval_every_steps`; a log line every step, a checkpoint
+  every 1000."""
+  c.task.update(tokenizer_dir=os.path.join(model_cache_dir(), "qwen-tokenizer"),
+                pad_token="<|endoftext|>")
   for player in (c.agent, c.simulator):
     player.model_overrides = ml_collections.ConfigDict(dict(
         dtype="float32", num_layers=1, hidden_size=32, intermediate_size=64,
         num_heads=2, num_kv_heads=1, max_position_embeddings=1024))
     player.learning_rate = 1e-3
-  # 8 generations and (8 + 8 replayed) x 2 = 32 episodes a step: rows that
-  # split evenly over up to 8 CPU devices (a minibatch: 16 rows).
-  c.coevolve.update(num_steps=3, num_seeds=4, variations=2, attempts=2,
+  c.coevolve.update(num_steps=num_steps, num_seeds=4, variations=2, attempts=2,
                     agent_minibatches=2)
-  c.pool.update(capacity=256, num_base=32, base_max_difficulty=2, replay_tasks=8,
-                generation_capacity=32)
-  c.eval = ml_collections.ConfigDict(dict(every_steps=1000, samples=0))
+  c.pool.update(capacity=256, num_base=num_base, base_max_difficulty=2,
+                replay_tasks=8, generation_capacity=32)
+  c.eval = ml_collections.ConfigDict(dict(every_steps=eval_every_steps, samples=0))
   c.log_every = 1
   c.checkpoint_every = 1000
 
 
+def model_cache_dir() -> str:
+  """Where train.tools.real_models builds real models and tokenizers:
+  $GENENV_CACHE, else ~/.cache/genenv_jax."""
+  return os.environ.get("GENENV_CACHE") or os.path.join(
+      os.path.expanduser("~"), ".cache", "genenv_jax")
+
+
 def smollm2_dir() -> str:
   """$GENENV_SMOLLM2_DIR, else where train.tools.real_models caches SmolLM2."""
-  cache = os.environ.get("GENENV_CACHE") or os.path.join(
-      os.path.expanduser("~"), ".cache", "genenv_jax")
   return os.environ.get("GENENV_SMOLLM2_DIR") or os.path.join(
-      cache, "smollm2-135m-instruct")
+      model_cache_dir(), "smollm2-135m-instruct")
 
 
 def _smollm(c: ml_collections.ConfigDict) -> None:

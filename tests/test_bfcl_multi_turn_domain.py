@@ -170,7 +170,7 @@ def test_episodes_score_as_the_official_checker(domain):
   rows, steps, expected, names = [], [], [], []
   for index in np.linspace(0, len(splits["train"].rows) - 1, 6).astype(int):
     row = splits["train"].rows[index]
-    entry = domain.environment.host.entry(row)
+    entry = domain.environment.host.task(row)
     question = {"id": entry.id, "question": [list(t) for t in entry.turns],
                 "initial_config": entry.initial_config,
                 "involved_classes": list(entry.involved_classes)}

@@ -81,7 +81,7 @@ def run(tmp_path_factory, qwen_tokenizer_dir):
   train = splits["train"]
   seed = int(np.argmin((train.rows != domain.pad_id).sum(axis=1)))  # the shortest
   rows, difficulty = train.rows[seed:seed + 1], train.difficulty[seed:seed + 1]
-  entry = domain.environment.host.entry(rows[0])
+  entry = domain.environment.host.task(rows[0])
   step = "[" + ", ".join(entry.ground_truth[0]) + "]"
   config.agent.hf_dir = _bigram_player(
       root / "agent", domain.tokenizer, build.build_players(config, domain).agent_model,

@@ -19,6 +19,8 @@ which domain it runs.
   alfworld/         ALFWorld games the simulator writes as specs (domain.py;
                     game.py: specs, PDDL problems, the planner, TextWorld games;
                     data.py: seeds and the held-out ALFWorld-synthetic set)
+  host_text.py      the shared base of bfcl_multi_turn and alfworld: tasks the
+                    host reads as text and plays as episodes
 
 Adding one: a package here, a config file in configs/, and one entry in `DOMAINS`
 (docs/domains.md walks through the maze).

@@ -19,7 +19,7 @@ seed (TEST_SEED), the same in every run; it is reported as
 "ALFWorld-synthetic". Train seeds are drawn from the other layouts with
 config.data.seed, the six task types in turn, in equal shares per level of
 `AlfworldDomain.level` as far as the draws reach (the rest at any level). Both
-splits are the rows `AlfworldDomain.parse_row` makes of them: a spec over the
+splits are the rows `AlfworldDomain.seed_row` makes of them: a spec over the
 domain's turn limit or widths is dropped and counted. `seed_splits` keeps
 them in the run's data directory (config.data.tfds_dir, else <workdir>/tfds).
 """
@@ -184,7 +184,7 @@ def alfworld_splits(domain: AlfworldDomain, seed: int, num_train: int,
   """{"train": split, "test": split}, each {"task": int32[n, task_len],
   "difficulty": int32[n], "specs": [spec text], "plan_lengths": int32[n],
   "dropped": specs that do not parse in this domain (turn limit, widths)}:
-  rows as `domain.parse_row` reads them (module docstring)."""
+  rows as `domain.seed_row` reads them (module docstring)."""
   return {"train": _split(domain, train_specs(domain, seed, num_train)),
           "test": _split(domain, held_out_specs(test_per_task))}
 
@@ -192,14 +192,10 @@ def alfworld_splits(domain: AlfworldDomain, seed: int, num_train: int,
 def _split(domain: AlfworldDomain, drawn: list[tuple[game.Spec, int]]) -> dict:
   rows, levels, texts, lengths = [], [], [], []
   for spec, steps in drawn:
-    try:
-      tokens = domain.encode_tasks([spec.text()])[0]
-    except ValueError:  # longer than max_written_tokens
-      continue
-    parsed = domain.parse_row(tokens, tokens != domain.pad_id)
-    if parsed[-2]:
-      rows.append(parsed[domain.agent_prompt_len:-2])
-      levels.append(parsed[-1])
+    seed = domain.seed_row(spec.text())
+    if seed is not None:
+      rows.append(seed[0])
+      levels.append(seed[1])
       texts.append(spec.text())
       lengths.append(steps)
   return {"task": np.asarray(rows, np.int32).reshape(-1, domain.task_len),

@@ -81,14 +81,10 @@ def bfcl_splits(domain: BfclMultiTurnDomain, categories: Sequence[str],
                                  if entry_number(e.id) in held_out])):
     rows, levels, ids = [], [], []
     for entry in chosen:
-      try:
-        tokens = domain.encode_tasks([bv.from_entry(entry, max_seed_turns).text()])[0]
-      except ValueError:  # longer than max_written_tokens
-        continue
-      parsed = domain.parse_row(tokens, tokens != domain.pad_id)
-      if parsed[-2]:
-        rows.append(parsed[domain.agent_prompt_len:-2])
-        levels.append(parsed[-1])
+      seed = domain.seed_row(bv.from_entry(entry, max_seed_turns).text())
+      if seed is not None:
+        rows.append(seed[0])
+        levels.append(seed[1])
         ids.append(entry.id)
     splits[name] = Split(
         np.asarray(rows, np.int32).reshape(-1, domain.task_len),
