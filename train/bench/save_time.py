@@ -36,9 +36,11 @@ Per save:
     the save and the most it reached until finish() returned.
 --num_layers (0: the preset's) sets both players' layer count, so that the
 state fits this host's memory: the default, the Qwen2.5-0.5B shapes with 8 of
-their 24 layers, is 6.1 GB. A save holds a host copy of most of the state
-and the process keeps that memory afterwards, so the process peaks near 1 GB
-+ 2.2 x the state (measured); the full 0.5B state, 11.9 GB, would need ~27 GB.
+their 24 layers, is 6.2 GB. A save holds a host copy of most of the state
+and the process keeps that memory afterwards: at the default the process
+held 7.3 GB before the first save and 13.4 GB at most during the second
+(about 1 GB + 2 x the state), so the full 0.5B state, 11.9 GB, would need
+~25 GB, more than this 24 GiB host has beside other work.
 
 Modeled: the bytes of the same saved state for `configs/qwen_tpu.py`'s
 --model_variant (nothing is built: `jax.eval_shape`), and
