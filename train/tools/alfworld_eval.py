@@ -422,6 +422,8 @@ def play_episodes(agent, games: Sequence[Game], player: Player, mesh, system: st
                               {"role": "user", "content": step.feedback}]
       if step.won:
         episode["won"], episode["end"] = True, "won"
+    print(f"turn {turn + 1}/{max_turns}: {len(playing)} game(s) played, "
+          f"{sum(e['won'] for e in episodes)} won so far", file=sys.stderr, flush=True)
   for episode in episodes:
     episode["end"] = episode["end"] or "max_turns"
   return [{"id": g.id, **g.source_fields(), "task_type": g.task_type,
