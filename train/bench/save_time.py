@@ -70,7 +70,6 @@ import time
 from typing import Any, Iterator
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from genenv_jax import sharding
