@@ -61,6 +61,7 @@ import zipfile
 from typing import Any, Callable, Sequence
 
 from genenv_jax.scoring import CORRECT, INCORRECT, InputError, Verdict, read_jsonl_lines
+from train.tools import table1
 
 NAME = "alfworld"
 SYNTHETIC = "ALFWorld-synthetic"
@@ -614,11 +615,7 @@ def add_arguments(sub) -> None:
                    help="write a few hand-written games in the official format and stop")
   sub.add_argument("--generate", action="store_true",
                    help="write --predictions first by playing the games with an agent")
-  sub.add_argument("--run", dest="run_dir", default="", help="training run workdir (its agent)")
-  sub.add_argument("--step", type=int, default=None,
-                   help="the run's checkpoint step (default: the latest)")
-  sub.add_argument("--hf_dir", default="", help="HF model directory")
-  sub.add_argument("--batch_size", type=int, default=8)
+  table1.add_agent_arguments(sub)
   sub.add_argument("--limit", type=int, default=0,
                    help="with --generate: play only the first K games (round-robin "
                         "over the task types; 0: all)")
@@ -629,5 +626,3 @@ def add_arguments(sub) -> None:
   sub.add_argument("--max_new_tokens", type=int, default=0,
                    help="tokens of one reply, one command (0: configs/alfworld.py's "
                         "task.max_action_tokens)")
-  sub.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-  sub.add_argument("--dtype", default="float32", help="compute dtype of the agent")

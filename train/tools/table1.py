@@ -224,6 +224,19 @@ def run(args, bench: Benchmark, read_predictions, report) -> None:
   report(args, rows, summary)
 
 
+def add_agent_arguments(sub) -> None:
+  """The flags that choose the agent and how it decodes (the arguments of
+  train/tools/agent_generate.py's load_agent and generate), shared by the
+  generating benchmark commands."""
+  sub.add_argument("--run", dest="run_dir", default="", help="training run workdir (its agent)")
+  sub.add_argument("--step", type=int, default=None,
+                   help="the run's checkpoint step (default: the latest)")
+  sub.add_argument("--hf_dir", default="", help="HF model directory")
+  sub.add_argument("--batch_size", type=int, default=8)
+  sub.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+  sub.add_argument("--dtype", default="float32", help="compute dtype of the agent")
+
+
 def add_arguments(sub) -> None:
   """The flags every benchmark of this module takes."""
   sub.add_argument("--predictions", default="",
@@ -237,15 +250,9 @@ def add_arguments(sub) -> None:
                    help="write a small hand-written dataset in the source's format and stop")
   sub.add_argument("--generate", action="store_true",
                    help="write --predictions first by decoding an agent's replies")
-  sub.add_argument("--run", dest="run_dir", default="", help="training run workdir (its agent)")
-  sub.add_argument("--step", type=int, default=None,
-                   help="the run's checkpoint step (default: the latest)")
-  sub.add_argument("--hf_dir", default="", help="HF model directory")
-  sub.add_argument("--batch_size", type=int, default=8)
+  add_agent_arguments(sub)
   sub.add_argument("--limit", type=int, default=0,
                    help="with --generate: answer only the first K items (0: all; "
                         "API-Bank: of each level)")
   sub.add_argument("--ids", default="",
                    help="with --generate: answer only these comma-separated ids")
-  sub.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-  sub.add_argument("--dtype", default="float32", help="compute dtype of the agent")
