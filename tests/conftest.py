@@ -3,6 +3,7 @@ compilation cache shared by the tests of one run, across its worker processes
 (tests that rebuild the same jitted step compile it once), removed when the
 run ends."""
 import atexit
+import gc
 import os
 import shutil
 import sys
@@ -45,10 +46,19 @@ import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 @pytest.hookimpl(tryfirst=True)  # before the terminal reporter reads it
 def pytest_configure(config):
   """Every skipped test is listed with its reason in the run's summary: a
-  test that skips (e.g. tests/test_real_model_run.py on a machine without
-  the memory it needs) tested nothing, and the run says so."""
+  test that skips tested nothing, and the run says so."""
   if not set("saA") & set(config.option.reportchars):
     config.option.reportchars += "s"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def release_compiled_programs():
+  """After each test file, drops the programs jax holds compiled in memory and
+  what only they kept alive: a worker that runs many files would otherwise
+  keep every one's (the session's compilation cache on disk still has them)."""
+  yield
+  jax.clear_caches()
+  gc.collect()
 
 
 @pytest.fixture(scope="session")
@@ -58,6 +68,15 @@ def smollm2_dir():
   `train.tools.real_models` (~30 s the first time)."""
   from train.tools import real_models  # pylint: disable=g-import-not-at-top
   return str(real_models.smollm2_dir())
+
+
+@pytest.fixture(scope="session")
+def smollm2_first4_dir():
+  """SmolLM2-135M-Instruct cut to its first 4 of 30 decoder layers (its
+  vocabulary, chat template and weights; about 170 MB), built once per machine
+  from the full directory by `train.tools.real_models`."""
+  from train.tools import real_models  # pylint: disable=g-import-not-at-top
+  return str(real_models.smollm2_dir(num_layers=4))
 
 
 @pytest.fixture(scope="session")

@@ -140,14 +140,6 @@ def use_fast_compiles(environ: MutableMapping[str, str] = os.environ
     _add_unless_set(environ, flag, value)
 
 
-def without_fast_compiles(flags: str) -> str:
-  """XLA_FLAGS text `flags` without FAST_COMPILE_FLAGS: for a run whose time
-  goes to executing, not compiling."""
-  names = {name for name, _ in FAST_COMPILE_FLAGS}
-  return " ".join(flag for flag in flags.split()
-                  if flag.split("=", 1)[0] not in names)
-
-
 def use_project_settings(environ: MutableMapping[str, str] = os.environ
                          ) -> None:
   """Both of the above: what the entry points (demo, benchmarks) run with."""

