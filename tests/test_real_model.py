@@ -120,3 +120,22 @@ def test_bfloat16_player_log_probs_agree_with_trainer_and_f32_twin():
   assert 0 < result["bf16_vs_f32"] < 5e-2, result
   for measure in ("sampler_vs_trainer", "bf16_vs_f32"):  # the bf16 head's
     assert result[measure] < both["bfloat16"][measure], both
+
+
+def test_first_layers_cut_keeps_the_first_layers_exactly(smollm2_dir,
+                                                          smollm2_first4_dir,
+                                                          tmp_path):
+  import pathlib  # pylint: disable=import-outside-toplevel
+  import safetensors.numpy  # pylint: disable=import-outside-toplevel
+  from train.tools import real_models  # pylint: disable=import-outside-toplevel
+  full = safetensors.numpy.load_file(f"{smollm2_dir}/model.safetensors")
+  cut = safetensors.numpy.load_file(f"{smollm2_first4_dir}/model.safetensors")
+  assert sorted(cut) == sorted(
+      n for n in full if not n.startswith("model.layers.")
+      or int(n.split(".")[2]) < 4)
+  for name, array in cut.items():
+    np.testing.assert_array_equal(array, full[name], err_msg=name)
+  assert hf.read_hf_config(smollm2_first4_dir)["num_hidden_layers"] == 4
+  assert hf.stop_token_ids(smollm2_first4_dir) == hf.stop_token_ids(smollm2_dir)
+  with pytest.raises(ValueError, match="num_layers=31: .* has 30 layers"):
+    real_models.write_first_layers(pathlib.Path(smollm2_dir), 31, tmp_path)
