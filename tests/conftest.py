@@ -51,6 +51,32 @@ def pytest_configure(config):
     config.option.reportchars += "s"
 
 
+# The test files that take longest (their module fixtures make whole runs),
+# longest first, from `./launch/test.sh --durations=0` (docs/testing.md). They
+# are collected first, so that pytest-xdist, which hands out files in collection
+# order, starts them early and the two workers finish together.
+LONGEST_FIRST = (
+    "test_coevolve.py", "test_faults.py", "test_train.py",
+    "test_bfcl_multi_turn_run.py", "test_multiprocess.py", "test_alfworld.py",
+    "test_sampling.py", "test_table1_generate.py", "test_preemption.py",
+    "test_gcs_workdir.py", "test_compile_check.py", "test_text_e2e.py",
+    "test_episodes.py", "test_real_model_run.py", "test_two_process_faults.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+  """Moves the files of LONGEST_FIRST to the front, in its order; the others
+  keep theirs."""
+  here = os.path.dirname(os.path.abspath(__file__))
+  missing = [n for n in LONGEST_FIRST if not os.path.exists(os.path.join(here, n))]
+  if missing:
+    raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names {missing}, "
+                            "which are not in tests/")
+  rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+  items.sort(key=lambda item: rank.get(os.path.basename(str(item.fspath)),
+                                       len(rank)))
+
+
 @pytest.fixture(scope="module", autouse=True)
 def release_compiled_programs():
   """After each test file, drops the programs jax holds compiled in memory and
