@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Runs one train.main job as N JAX processes on this machine:
-#   ./launch/multiprocess.sh N [train.main flags ...]
+# Runs one train.main job (or, with -m MODULE, another command that takes train.main's
+# job flags, such as train.tools.evaluate) as N JAX processes on this machine:
+#   ./launch/multiprocess.sh N [-m MODULE] [flags ...]
 #   e.g. ./launch/multiprocess.sh 2 --config=configs/default.py:smoke --workdir=/tmp/mp
+#        ./launch/multiprocess.sh 2 -m train.tools.evaluate bamboogle --generate --run DIR ...
+# Each process runs `python -m MODULE --coordinator_address=... --num_processes=N
+# --process_id=I --heartbeat_timeout_s=900 flags ...`.
 # The CPU devices split evenly: with XLA_FLAGS=--xla_force_host_platform_device_count=T
 # (default: one per core, as train.main would use) each process gets T/N. Process 0
 # listens on a free local port as the coordinator. Waits for all processes; when one
@@ -18,11 +22,17 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [[ $# -lt 1 || ! $1 =~ ^[1-9][0-9]*$ ]]; then
-  echo "usage: $0 N [train.main flags ...]  (N: number of processes)" >&2
+  echo "usage: $0 N [-m MODULE] [flags ...]  (N: number of processes; MODULE: train.main)" >&2
   exit 2
 fi
 n=$1
 shift
+module=train.main
+if [[ ${1:-} == -m ]]; then
+  [[ -n ${2:-} ]] || { echo "$0: -m needs a module" >&2; exit 2; }
+  module=$2
+  shift 2
+fi
 python="${GENENV_PYTHON:-}"
 [[ -n $python ]] || { [[ -x $ROOT/.venv/bin/python ]] && python="$ROOT/.venv/bin/python"; } || python=python3
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
@@ -40,7 +50,7 @@ for ((i = 0; i < n; i++)); do
     mkdir -p "$GENENV_LOG_DIR"
     log="$GENENV_LOG_DIR/process_$i.log"
   fi
-  "$python" -m train.main --coordinator_address="127.0.0.1:$port" \
+  "$python" -m "$module" --coordinator_address="127.0.0.1:$port" \
     --num_processes="$n" --process_id="$i" --heartbeat_timeout_s=900 "$@" >"$log" 2>&1 &
   pids+=($!)
 done

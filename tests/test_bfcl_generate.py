@@ -77,14 +77,13 @@ def test_generate_writes_and_scores_predictions(hf_dir, tmp_path, capsys):
 
   # The prediction is the sampler's greedy completion of BFCL's prompt, in a batch
   # of its own: batching and padding do not change it.
-  mesh = sharding.make_mesh(dict(data=-1, fsdp=1, tensor=1))
-  agent = bfcl_generate.load_agent("", hf_dir, None, "float32", mesh)
+  agent = bfcl_generate.load_agent("", hf_dir, None, "float32")
   ids = bfcl_generate._prompt_ids(agent.tokenizer,
                                   bfcl_generate.question_messages(questions[2]))
   stops = bfcl_generate._stop_ids(agent.tokenizer)
   greedy = SamplingConfig(max_new_tokens=6, temperature=0.0, eos_ids=stops,
                           pad_id=agent.tokenizer.pad_token_id)
-  decode = jax.jit(sharding.in_mesh(mesh, sharding.DEFAULT_RULES)(
+  decode = jax.jit(sharding.in_mesh(agent.mesh, sharding.DEFAULT_RULES)(
       lambda params, tokens, mask: sample(agent.model, params, tokens, mask,
                                           jax.random.PRNGKey(0), greedy)))
   alone = decode(agent.params, np.array([ids], np.int32), np.ones((1, len(ids)), bool))

@@ -30,14 +30,14 @@ def test_play_feeds_results_turns_and_held_out_docs_back(monkeypatch):
     script.append("Done.")
   shown = []
 
-  def scripted(agent, prompts, mesh, max_new_tokens, batch_size, temperature,
+  def scripted(agent, prompts, max_new_tokens, batch_size, temperature,
                seed, width_multiple):
-    del agent, mesh, max_new_tokens, batch_size, temperature, seed, width_multiple
+    del agent, max_new_tokens, batch_size, temperature, seed, width_multiple
     shown.append([dict(m) for m in prompts[0]])
     return [script[len(shown) - 1]]
 
   monkeypatch.setattr(bfcl_generate, "generate", scripted)
-  steps, = bfcl_multi_turn_generate.play(None, [entry], None, 8, 1)
+  steps, = bfcl_multi_turn_generate.play(None, [entry], 8, 1)
   assert steps == script
   system = bfcl_generate.bfcl_system_prompt(list(entry.functions))
   assert shown[0] == [{"role": "system", "content": system},

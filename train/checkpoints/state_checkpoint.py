@@ -132,6 +132,44 @@ def read_parts(workdir: str, step: int | None, parts: Sequence[str]
   return step, out
 
 
+def read_sharded(workdir: str, step: int | None, part: str, target: Any) -> Any:
+  """The subtree `part` (a dotted path, as `read_parts`) of the state saved
+  at `step` (None: the latest) in `workdir`, restored straight into the
+  layout of `target` (its ShapeDtypeStructs with shardings, e.g.
+  state_layout.abstract_params): each process reads only the shards its
+  devices hold, whatever devices saved it.
+
+  Raises:
+    FileNotFoundError: no such checkpoint (naming the steps there are).
+    ValueError: the saved subtree's shapes differ from `target`'s (naming
+      the first leaf that does).
+  """
+  _, item = checkpoint_step(workdir, step)
+  node = _saved_tree(item)
+  for key in part.split("."):
+    node = node[key]
+  saved = jax.tree_util.tree_flatten_with_path(node)[0]
+  wanted = jax.tree_util.tree_flatten_with_path(target)[0]
+  for (path, meta), (_, want) in zip(saved, wanted):
+    if tuple(meta.shape) != tuple(want.shape):
+      raise ValueError(f"{item}: {part}{jax.tree_util.keystr(path)} has shape "
+                       f"{tuple(meta.shape)}, expected {tuple(want.shape)}.")
+  if len(saved) != len(wanted):
+    raise ValueError(f"{item}: {part} has {len(saved)} arrays, expected "
+                     f"{len(wanted)}.")
+  tree: dict = {}
+  node = tree
+  keys = part.split(".")
+  for key in keys[:-1]:
+    node = node.setdefault(key, {})
+  node[keys[-1]] = target
+  restored = _partial_restore(
+      item, tree, ocp.checkpoint_utils.construct_restore_args(tree))
+  for key in keys:
+    restored = restored[key]
+  return restored
+
+
 def read_state(workdir: str, step: int | None) -> tuple[int, dict[str, Any]]:
   """(step, every array of the state saved at `step` (None: the latest) in
   `workdir`, as host numpy arrays in nested dicts): both players'

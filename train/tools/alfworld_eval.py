@@ -2,7 +2,8 @@
 `python -m train.tools.evaluate alfworld`.
 
   python -m train.tools.evaluate alfworld --generate (--run WORKDIR [--step N] | --hf_dir DIR) \
-      [--data_dir DIR | --download] [--limit K] [--ids A,B] [--max_turns T] --predictions FILE
+      [--mesh SHAPE] [--data_dir DIR | --download] [--limit K] [--ids A,B] [--max_turns T] \
+      --predictions FILE
   python -m train.tools.evaluate alfworld [--data_dir DIR | --download] --predictions FILE
   python -m train.tools.evaluate alfworld --write_fixture DIR
 
@@ -29,7 +30,9 @@ assistant messages and ALFWorld's feedback as user messages. A turn decodes
 one reply per unfinished game (up to `--max_new_tokens`, default
 task.max_action_tokens, 24; greedily, or at `--temperature`; prompts
 grouped by width as agent_generate.generate_bucketed does, one compile per
-width bucket); the reply's first non-blank line, stripped, is the command,
+width bucket; the agent sharded on `--mesh` as train/tools/agent_generate.py
+lays it out, several processes each decoding their devices' rows); the reply's
+first non-blank line, stripped, is the command,
 played in the game. An episode ends on a win, after `--max_turns` commands
 (default: configs/alfworld.py's task.max_turns, 30), or when the next prompt
 and `--max_new_tokens` would pass the model's max_position_embeddings
@@ -37,7 +40,9 @@ and `--max_new_tokens` would pass the model's max_position_embeddings
 `spec` (ALFWorld-synthetic) or `game_file` (official: the file relative to the
 split), `task_type`, `commands`, `replies` (the model's outputs),
 `observations`, `won`, `turns`, `end`. It prints `generated=` and
-`generation_seconds_per_item=` (compilation included).
+`generation_seconds_per_item=` (compilation included). In a job of several
+processes every process plays every game (the same host work in the same order)
+and only process 0 writes FILE and scores.
 
 Scoring (with or without --generate) replays each line's commands (the first
 `--max_turns`) in its game: the verdict comes from the game, never from the
@@ -385,7 +390,7 @@ def system_prompt(run_dir: str) -> str:
   return domain.DEFAULT_AGENT_SYSTEM_PROMPT
 
 
-def play_episodes(agent, games: Sequence[Game], player: Player, mesh, system: str,
+def play_episodes(agent, games: Sequence[Game], player: Player, system: str,
                   max_turns: int, max_new_tokens: int, batch_size: int,
                   temperature: float = 0.0) -> list[dict[str, Any]]:
   """Each game's episode (module docstring), all games batched per turn."""
@@ -410,7 +415,7 @@ def play_episodes(agent, games: Sequence[Game], player: Player, mesh, system: st
     if not playing:
       break
     replies = agent_generate.generate_bucketed(
-        agent, [episodes[i]["messages"] for i in playing], mesh, max_new_tokens,
+        agent, [episodes[i]["messages"] for i in playing], max_new_tokens,
         batch_size, temperature, seed=turn * 1009)
     for index, reply in zip(playing, replies):
       episode = episodes[index]
@@ -441,19 +446,14 @@ def _generate(args, games: Sequence[Game], player: Player, max_turns: int) -> No
   if args.max_new_tokens < 1 or args.batch_size < 1:
     raise InputError(f"--max_new_tokens={args.max_new_tokens} and "
                      f"--batch_size={args.batch_size} must be >= 1")
-  mesh = agent_generate.batch_mesh(args.batch_size)
-  agent = agent_generate.load_agent(args.run_dir, args.hf_dir, args.step, args.dtype, mesh)
+  agent = agent_generate.load_agent(args.run_dir, args.hf_dir, args.step, args.dtype,
+                                    args.mesh, args.batch_size)
   began = time.perf_counter()
-  records = play_episodes(agent, games, player, mesh, system_prompt(args.run_dir),
+  records = play_episodes(agent, games, player, system_prompt(args.run_dir),
                           max_turns, args.max_new_tokens, args.batch_size,
                           args.temperature)
   seconds = time.perf_counter() - began
-  try:
-    with open(args.predictions, "w", encoding="utf-8") as f:
-      for record in records:
-        f.write(json.dumps(record, ensure_ascii=False) + "\n")
-  except OSError as e:
-    raise InputError(f"cannot write predictions to {args.predictions}: {e}") from e
+  agent_generate.write_records(args.predictions, records)
   ended = collections.Counter(r["end"] for r in records)
   if ended["context"]:
     print(f"warning: {ended['context']} episode(s) ended when the prompt reached the "
@@ -593,6 +593,9 @@ def run(args, report: Callable, verdict_row: Callable) -> None:
     chosen = _select(games, args)
     some = len(chosen) < len(games)
     _generate(args, chosen, player, max_turns)
+    from train.tools import agent_generate  # pylint: disable=import-outside-toplevel
+    if not agent_generate.chief():
+      return
   commands = read_episodes(args.predictions, games, source, args.allow_missing or some)
   rows, summary = score(games, commands, player, max_turns, verdict_row)
   report(args, rows, {"benchmark": source, **summary})

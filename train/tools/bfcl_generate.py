@@ -2,7 +2,8 @@
 `python -m train.tools.evaluate bfcl --generate`.
 
 The agent is a training run's (`--run DIR [--step N]`) or an HF directory's
-(`--hf_dir DIR`), loaded and decoded by train/tools/agent_generate.py. Each question is asked as
+(`--hf_dir DIR`), loaded (sharded on the mesh) and decoded by
+train/tools/agent_generate.py. Each question is asked as
 BFCL asks a prompt-mode model: BFCL's default system prompt (Python call
 syntax, no tool-call tag, the functions as JSON), built from the templates of
 the installed `bfcl_eval` package, then the question's first-turn messages, through
@@ -13,7 +14,6 @@ compiles once; a prediction is the completion's text without its stop token.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Sequence
 
 from genenv_jax.scoring import InputError, bfcl, read_jsonl
@@ -56,12 +56,12 @@ def select(items: Sequence[Any], item_id, ids: Sequence[str], category: str) -> 
   return agent_generate.select(items, item_id, ids, f"BFCL category {category!r}")
 
 
-def write_predictions(data_dir: str, category: str, agent: Agent, path: str, mesh,
+def write_predictions(data_dir: str, category: str, agent: Agent, path: str,
                       max_new_tokens: int, batch_size: int, limit: int = 0,
                       temperature: float = 0.0, ids: Sequence[str] = ()) -> int:
   """Decodes the agent's answers to a category's questions (the first `limit`,
-  0: all; of those named in `ids` when given) into the predictions file `path`;
-  returns how many.
+  0: all; of those named in `ids` when given) into the predictions file `path`
+  (written by process 0 alone); returns how many.
 
   Raises:
     InputError: an id of `ids` is not in the category.
@@ -70,9 +70,8 @@ def write_predictions(data_dir: str, category: str, agent: Agent, path: str, mes
   records = select(read_jsonl(questions), lambda r: r.get("id"), ids, category)
   if limit:
     records = records[:limit]
-  texts = generate(agent, [question_messages(r) for r in records], mesh,
+  texts = generate(agent, [question_messages(r) for r in records],
                    max_new_tokens, batch_size, temperature)
-  with open(path, "w", encoding="utf-8") as f:
-    for record, text in zip(records, texts):
-      f.write(json.dumps({"id": record["id"], "result": text}, ensure_ascii=False) + "\n")
+  agent_generate.write_records(path, [{"id": record["id"], "result": text}
+                                      for record, text in zip(records, texts)])
   return len(records)

@@ -18,12 +18,12 @@ WIDTH_MULTIPLE tokens so that the sampler compiles once per width bucket.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Sequence
 
 from genenv_jax.domains.bfcl_multi_turn import env as env
 from genenv_jax.scoring import bfcl_multi_turn as mt
+from train.tools import agent_generate
 from train.tools import bfcl_generate
 
 WIDTH_MULTIPLE = 512
@@ -37,7 +37,7 @@ def first_messages(entry: mt.MultiTurnEntry) -> list[dict[str, str]]:
       {"id": entry.id, "function": list(entry.functions), "question": [list(first)]})
 
 
-def play(agent: bfcl_generate.Agent, entries: Sequence[mt.MultiTurnEntry], mesh,
+def play(agent: bfcl_generate.Agent, entries: Sequence[mt.MultiTurnEntry],
          max_new_tokens: int, batch_size: int,
          temperature: float = 0.0) -> list[list[str]]:
   """The agent's step texts for each entry, in order across its turns, played to
@@ -51,7 +51,7 @@ def play(agent: bfcl_generate.Agent, entries: Sequence[mt.MultiTurnEntry], mesh,
     turn = 0
     while active:
       texts = bfcl_generate.generate(
-          agent, [chats[i] for i in active], mesh, max_new_tokens, batch_size,
+          agent, [chats[i] for i in active], max_new_tokens, batch_size,
           temperature, seed=start * 100_003 + turn, width_multiple=WIDTH_MULTIPLE)
       turn += 1
       still = []
@@ -68,12 +68,12 @@ def play(agent: bfcl_generate.Agent, entries: Sequence[mt.MultiTurnEntry], mesh,
 
 
 def write_predictions(data_dir: str, category: str, agent: bfcl_generate.Agent,
-                      path: str, mesh, max_new_tokens: int, batch_size: int,
+                      path: str, max_new_tokens: int, batch_size: int,
                       limit: int = 0, temperature: float = 0.0,
                       ids: Sequence[str] = ()) -> tuple[int, float]:
   """Plays the first `limit` entries (0: all) of a multi-turn category, of those
   named in `ids` when given, and writes their result records `{"id": ..., "result":
-  [[step, ...] per turn]}` to `path`; returns (entries played, seconds spent
+  [[step, ...] per turn]}` to `path` (process 0 alone); returns (entries played, seconds spent
   playing them).
 
   Raises:
@@ -84,10 +84,9 @@ def write_predictions(data_dir: str, category: str, agent: bfcl_generate.Agent,
   if limit:
     entries = entries[:limit]
   began = time.perf_counter()
-  played = play(agent, entries, mesh, max_new_tokens, batch_size, temperature)
+  played = play(agent, entries, max_new_tokens, batch_size, temperature)
   seconds = time.perf_counter() - began
-  with open(path, "w", encoding="utf-8") as f:
-    for entry, steps in zip(entries, played):
-      record = {"id": entry.id, "result": env.result_turns(entry, steps)}
-      f.write(json.dumps(record, ensure_ascii=False) + "\n")
+  agent_generate.write_records(path, [
+      {"id": entry.id, "result": env.result_turns(entry, steps)}
+      for entry, steps in zip(entries, played)])
   return len(entries), seconds

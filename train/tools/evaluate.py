@@ -4,7 +4,7 @@ Table 1's Bamboogle, API-Bank (levels 1-3) and TravelPlanner by generation.
   python -m train.tools.evaluate bfcl --category simple_python --data_dir DIR \
       --predictions FILE
   python -m train.tools.evaluate bfcl --generate (--run WORKDIR [--step N] | --hf_dir DIR) \
-      --category simple_python --data_dir DIR --predictions FILE [--limit K]
+      [--mesh SHAPE] --category simple_python --data_dir DIR --predictions FILE [--limit K]
   python -m train.tools.evaluate apibank --data GOLD.jsonl --predictions FILE
   python -m train.tools.evaluate qa --data GOLD.jsonl --predictions FILE
   python -m train.tools.evaluate {bamboogle,api_bank,travelplanner} [--generate \
@@ -14,6 +14,24 @@ Table 1's Bamboogle, API-Bank (levels 1-3) and TravelPlanner by generation.
   python -m train.tools.evaluate alfworld [--generate (--run WORKDIR [--step N] | \
       --hf_dir DIR)] [--data_dir DIR | --download] [--limit K] [--max_turns T] \
       --predictions FILE
+
+Generating (--generate) takes the agent flags `--mesh SHAPE` (e.g.
+`data=-1,fsdp=4,tensor=2`; default: the run's config.mesh, data-only for --hf_dir),
+`--batch_size B` (prompts per decoding call, rounded up to a multiple of the
+mesh's data x fsdp devices), `--temperature` and `--dtype` (default: the run's
+compute dtype, float32 for --hf_dir): the agent's parameters are read straight
+into their fsdp / tensor shards on the mesh (train/tools/agent_generate.py). The
+command runs as one JAX job of several processes with train.main's job flags,
+given before the benchmark's name:
+
+  python -m train.tools.evaluate [--distributed {auto,true,false}] \
+      [--coordinator_address HOST:PORT --num_processes N --process_id I] <benchmark> ...
+  ./launch/multiprocess.sh N -m train.tools.evaluate <benchmark> ...   # N local processes
+
+(on a TPU pod, the same command on every worker with --distributed=true:
+docs/tpu_pods.md). Every process does the same host work and decodes its devices'
+rows; only process 0 writes the predictions and verdicts files and prints the
+summary.
 
 The Table 1 commands read each benchmark's own files, answer its items with the
 agent (train/tools/table1.py) and score them; alfworld plays ALFWorld-synthetic
@@ -128,24 +146,29 @@ def _report(args, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
 
 
 def _generate_bfcl(args) -> None:
-  from genenv_jax import sharding  # pylint: disable=import-outside-toplevel
   from train.tools import bfcl_generate  # pylint: disable=import-outside-toplevel
   from train.tools import bfcl_multi_turn_generate  # pylint: disable=import-outside-toplevel
 
   ids = [i for i in args.ids.split(",") if i]
-  mesh = sharding.make_mesh(dict(data=-1, fsdp=1, tensor=1))
-  agent = bfcl_generate.load_agent(args.run_dir, args.hf_dir, args.step, args.dtype, mesh)
+  agent = bfcl_generate.load_agent(args.run_dir, args.hf_dir, args.step, args.dtype,
+                                   args.mesh, args.batch_size)
   if args.category in bfcl_multi_turn.CATEGORIES:
     count, seconds = bfcl_multi_turn_generate.write_predictions(
-        args.data_dir, args.category, agent, args.predictions, mesh,
+        args.data_dir, args.category, agent, args.predictions,
         args.max_new_tokens, args.batch_size, args.limit, args.temperature, ids)
     print(f"generated={count}")
     print(f"generation_seconds_per_entry={seconds / max(count, 1):.1f}")
     return
   count = bfcl_generate.write_predictions(
-      args.data_dir, args.category, agent, args.predictions, mesh, args.max_new_tokens,
+      args.data_dir, args.category, agent, args.predictions, args.max_new_tokens,
       args.batch_size, args.limit, args.temperature, ids)
   print(f"generated={count}")
+
+
+def _chief() -> bool:
+  """Whether this process scores and reports (process 0 of the job)."""
+  from train.tools import agent_generate  # pylint: disable=import-outside-toplevel
+  return agent_generate.chief()
 
 
 def _generated_some(args) -> bool:
@@ -156,6 +179,8 @@ def _generated_some(args) -> bool:
 def _run_bfcl(args) -> None:
   if args.generate:
     _generate_bfcl(args)
+    if not _chief():
+      return
   elif args.run_dir or args.hf_dir:
     raise InputError("--run and --hf_dir need --generate")
   if args.category in bfcl_multi_turn.CATEGORIES:
@@ -240,6 +265,22 @@ def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog="python -m train.tools.evaluate",
       description="Score model outputs; the last line printed is accuracy=<float>.")
+  job = parser.add_argument_group(
+      "job", "several processes as one JAX job (before the command), as train.main's "
+      "flags: launch/multiprocess.sh N -m train.tools.evaluate ... names them")
+  job.add_argument("--distributed", default="auto", choices=("auto", "true", "false"),
+                   help="initialise multi-process JAX: auto when the environment names "
+                        "several hosts or a coordinator, or these flags a job")
+  job.add_argument("--coordinator_address", default="",
+                   help="HOST:PORT of process 0 (default: $JAX_COORDINATOR_ADDRESS)")
+  job.add_argument("--num_processes", type=int, default=0,
+                   help="processes in the job (default: $JAX_NUM_PROCESSES)")
+  job.add_argument("--process_id", type=int, default=-1,
+                   help="this process's index (default: $JAX_PROCESS_ID)")
+  job.add_argument("--heartbeat_timeout_s", type=int, default=120,
+                   help="seconds without a process's heartbeat before the others stop")
+  job.add_argument("--initialization_timeout_s", type=int, default=300,
+                   help="seconds each process waits at start-up for the others")
   commands = parser.add_subparsers(dest="benchmark", required=True)
 
   def command(name: str, run: Callable, help_text: str) -> argparse.ArgumentParser:
@@ -262,19 +303,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="expect dotted function names written with '_'")
   sub.add_argument("--generate", action="store_true",
                    help="write --predictions first by decoding an agent's answers")
-  sub.add_argument("--run", dest="run_dir", default="",
-                   help="training run workdir (its agent)")
-  sub.add_argument("--step", type=int, default=None,
-                   help="the run's checkpoint step (default: the latest)")
-  sub.add_argument("--hf_dir", default="", help="HF model directory")
+  table1.add_agent_arguments(sub)
   sub.add_argument("--max_new_tokens", type=int, default=256)
-  sub.add_argument("--batch_size", type=int, default=8)
   sub.add_argument("--limit", type=int, default=0,
                    help="answer only the first K questions (0: all)")
   sub.add_argument("--ids", default="",
                    help="with --generate: answer only these comma-separated ids")
-  sub.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-  sub.add_argument("--dtype", default="float32", help="compute dtype of the agent")
   for name, bench, max_new_tokens, help_text in table1_commands():
     sub = commands.add_parser(name, help=help_text)
     sub.set_defaults(run=functools.partial(_run_table1, bench=bench))
@@ -298,9 +332,29 @@ def _parser() -> argparse.ArgumentParser:
   return parser
 
 
+def _start_job(args) -> None:
+  """jax.distributed.initialize for a job the flags or the environment name
+  (train.main's rules), before any device is touched.
+
+  Raises:
+    InputError: job flags that are incomplete or out of range.
+  """
+  from train import main as train_main  # pylint: disable=import-outside-toplevel
+  try:
+    job = train_main.named_job(args.coordinator_address, args.num_processes,
+                               args.process_id)
+    timeouts = train_main.job_timeouts(args.heartbeat_timeout_s,
+                                       args.initialization_timeout_s)
+    train_main.maybe_initialize_distributed(args.distributed, job=job, timeouts=timeouts)
+  except ValueError as e:
+    raise InputError(str(e)) from e
+
+
 def main(argv: list[str] | None = None) -> int:
   args = _parser().parse_args(argv)
   try:
+    if getattr(args, "generate", False):
+      _start_job(args)
     args.run(args)
   except InputError as e:
     print(f"error: {e}", file=sys.stderr)

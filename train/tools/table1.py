@@ -14,7 +14,9 @@ scored, a hand-written fixture in the same format and the official files that
      item decoded greedily (or at `--temperature`), prompts grouped by width so
      the sampler compiles once per width bucket, and the replies are written
      to `--predictions` as `{"id": ..., "result": "<reply>"}` lines; it prints
-     `generated=<n>` and `generation_seconds_per_item=<s>`;
+     `generated=<n>` and `generation_seconds_per_item=<s>`. In a job of
+     several processes each decodes its devices' rows of every batch and only
+     process 0 writes the file and goes on;
   4. the predictions are scored: one verdict line per item to
      `FILE.verdicts.jsonl`, then `key=value` summary lines, the last one
      `accuracy=<headline>` (train/tools/evaluate.py's convention).
@@ -23,7 +25,6 @@ scored, a hand-written fixture in the same format and the official files that
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from typing import Any, Callable, Sequence
@@ -175,8 +176,8 @@ def _generate(bench: Benchmark, items: list, args) -> None:
 
   if not items:
     raise InputError(f"{bench.name}: no items to answer")
-  mesh = agent_generate.batch_mesh(args.batch_size)
-  agent = agent_generate.load_agent(args.run_dir, args.hf_dir, args.step, args.dtype, mesh)
+  agent = agent_generate.load_agent(args.run_dir, args.hf_dir, args.step, args.dtype,
+                                    args.mesh, args.batch_size)
   prompts = [bench.messages(item) for item in items]
   limit = agent.model.max_position_embeddings
   long = [f"{item.id} ({n} tokens)" for item, prompt in zip(items, prompts)
@@ -188,16 +189,17 @@ def _generate(bench: Benchmark, items: list, args) -> None:
           file=sys.stderr)
   began = time.perf_counter()
   texts = agent_generate.generate_bucketed(
-      agent, prompts, mesh, args.max_new_tokens, args.batch_size, args.temperature)
+      agent, prompts, args.max_new_tokens, args.batch_size, args.temperature)
   seconds = time.perf_counter() - began
-  try:
-    with open(args.predictions, "w", encoding="utf-8") as f:
-      for item, text in zip(items, texts):
-        f.write(json.dumps({"id": item.id, "result": text}, ensure_ascii=False) + "\n")
-  except OSError as e:
-    raise InputError(f"cannot write predictions to {args.predictions}: {e}") from e
+  agent_generate.write_records(args.predictions, [
+      {"id": item.id, "result": text} for item, text in zip(items, texts)])
   print(f"generated={len(items)}")
   print(f"generation_seconds_per_item={seconds / len(items):.2f}")
+
+
+def _chief() -> bool:
+  from train.tools import agent_generate  # pylint: disable=import-outside-toplevel
+  return agent_generate.chief()
 
 
 def run(args, bench: Benchmark, read_predictions, report) -> None:
@@ -217,6 +219,8 @@ def run(args, bench: Benchmark, read_predictions, report) -> None:
     chosen = _select(bench, items, args)
     some = len(chosen) < len(items)
     _generate(bench, chosen, args)
+    if not _chief():
+      return
   replies = read_predictions(args.predictions, [item.id for item in items],
                              f"{bench.name}'s data", args.allow_missing or some)
   scored = [item for item in items if item.id in replies]
@@ -225,16 +229,23 @@ def run(args, bench: Benchmark, read_predictions, report) -> None:
 
 
 def add_agent_arguments(sub) -> None:
-  """The flags that choose the agent and how it decodes (the arguments of
-  train/tools/agent_generate.py's load_agent and generate), shared by the
-  generating benchmark commands."""
+  """The flags that choose the agent, its mesh and how it decodes (the
+  arguments of train/tools/agent_generate.py's load_agent and generate),
+  shared by the generating benchmark commands."""
   sub.add_argument("--run", dest="run_dir", default="", help="training run workdir (its agent)")
   sub.add_argument("--step", type=int, default=None,
                    help="the run's checkpoint step (default: the latest)")
   sub.add_argument("--hf_dir", default="", help="HF model directory")
-  sub.add_argument("--batch_size", type=int, default=8)
+  sub.add_argument("--mesh", default="",
+                   help="the devices' mesh, e.g. data=-1,fsdp=4,tensor=2 (default: the "
+                        "run's config.mesh; data-only for --hf_dir)")
+  sub.add_argument("--batch_size", type=int, default=8,
+                   help="prompts per decoding call (rounded up to a multiple of the "
+                        "mesh's data x fsdp devices)")
   sub.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-  sub.add_argument("--dtype", default="float32", help="compute dtype of the agent")
+  sub.add_argument("--dtype", default="",
+                   help="compute dtype of the agent (default: the run's; float32 for "
+                        "--hf_dir)")
 
 
 def add_arguments(sub) -> None:
