@@ -38,7 +38,7 @@ def test_smoke_config_fits_a_v4_8_and_compiles_each_program_once():
   operations and (phases) its bound; the last line sums them."""
   report, fits = compile_check.run(default.get_config("smoke"), "v4-8",
                                    heldout_rows=40, json_lines=True,
-                                   top_sources=3)
+                                   top_sources=3, eval_shape=(6, 40, 16))
   assert fits, report
   last = _last_line(report)
   assert {k: last[k] for k in ("fits", "hbm_gib", "topology")} == dict(
@@ -108,3 +108,20 @@ def test_held_out_decoding_compiles_on_each_generation(topology):
   rows = {line.split(" | ")[0]: line.split(" | ")
           for line in report.splitlines() if " | " in line}
   assert rows["heldout"][1] == "1" and rows["heldout"][8] == "yes", report
+
+
+def test_evaluate_tools_7b_decoding_is_sharded_and_fits_a_v4_64(qwen_tokenizer_dir):
+  """eval_generate, the decoding of `train.tools.evaluate --generate --run`
+  on the 7b preset's mesh (fsdp x tensor): each chip holds 1/32 of the
+  agent's float32 weights (0.89 GiB of 28 GiB), never the whole model."""
+  from configs import qwen_tpu  # pylint: disable=g-import-not-at-top
+  config = qwen_tpu.get_config("7b")
+  config.task.tokenizer_dir = qwen_tokenizer_dir
+  report, fits = compile_check.run(config, "v4-64", with_phases=False,
+                                   only=("eval_generate",), json_lines=True)
+  assert fits, report
+  record = json.loads(report.strip().splitlines()[0])
+  assert record["program"] == "eval_generate" and record["compiles"] == 1
+  weights = 4 * 7.6e9  # Qwen2.5-7B's parameters in float32
+  assert weights / 40 < record["argument_bytes"] < weights / 24, record
+  assert record["peak_bytes"] < 8 * 2**30, record

@@ -16,7 +16,13 @@ Programs, as the run compiles them:
   coevolve_step: the co-evolution step as train/loop.py jits it, lowered a
     second time with its own output's layout (what step 2 is given) to check
     that it compiles once;
-  heldout: greedy held-out decoding (train/heldout.py) of --heldout_rows rows.
+  heldout: greedy held-out decoding (train/heldout.py) of --heldout_rows rows;
+  eval_generate: the benchmarks' greedy decoding (`python -m
+    train.tools.evaluate ... --generate --run WORKDIR` on the run's mesh,
+    train/tools/agent_generate.py's `decoder`) of one batch of
+    --eval_batch_size prompts (rounded up to the mesh's data x fsdp devices)
+    --eval_prompt_len tokens wide, --eval_new_tokens tokens each, with the
+    agent's parameters sharded as the run's and its compute dtype.
 Per program and device: argument, output, temporary and peak bytes against
 the chip's HBM, how often it was traced (compiles), and its cost read from
 the compiled HLO (train/bench/hlo_cost.py): FLOPs, HBM bytes and
@@ -79,7 +85,7 @@ from genenv_jax import policy
 from genenv_jax import scripted
 from genenv_jax import sharding
 from genenv_jax.domains import get_domain
-from genenv_jax.sampling import sample
+from genenv_jax.sampling import SamplingConfig, sample
 from train import build
 from train import heldout
 from train import warmstart
@@ -87,6 +93,7 @@ from train.bench import common
 from train.bench import hlo_cost
 from train.bench import slices
 from train.checkpoints import state_layout
+from train.tools import agent_generate
 
 FLAGS = flags.FLAGS
 GIB = 2**30
@@ -264,13 +271,19 @@ class Setup:
 
 
 PROGRAMS = ("warmstart_agent", "warmstart_simulator", "coevolve_step",
-            "heldout")
+            "heldout", "eval_generate")
+# eval_generate's (prompts per batch, prompt width, new tokens): a batch of
+# the longest benchmark prompts (BFCL multi-turn, ALFWorld late in an episode)
+# and TravelPlanner's --max_new_tokens.
+EVAL_SHAPE = (32, 2048, 1024)
 
 
 def programs(setup: Setup, heldout_rows: int,
-             only: tuple[str, ...] = PROGRAMS) -> list[Program]:
+             only: tuple[str, ...] = PROGRAMS,
+             eval_shape: tuple[int, int, int] = EVAL_SHAPE) -> list[Program]:
   """Compiles the run's programs (see the module doc), those named in `only`;
-  held-out decoding of `heldout_rows` tasks."""
+  held-out decoding of `heldout_rows` tasks; the evaluate tool's decoding of
+  `eval_shape` (prompts, prompt width, new tokens)."""
   unknown = set(only) - set(PROGRAMS)
   if unknown:
     raise ValueError(f"--programs: unknown {sorted(unknown)}; expected some "
@@ -333,6 +346,18 @@ def programs(setup: Setup, heldout_rows: int,
                                      jnp.int32, sharding=setup.replicated)
     out.append(setup.compile("heldout", answer, setup.params["agent"],
                              held_rows))
+  if "eval_generate" in only:
+    prompts, width, new_tokens = eval_shape
+    decode = agent_generate.decoder(
+        players.agent_model,
+        SamplingConfig(max_new_tokens=new_tokens, temperature=0.0,
+                       eos_ids=domain.stop_ids, pad_id=domain.pad_id),
+        setup.mesh, config.coevolve.sampling_layout)
+    rows = agent_generate.batch_rows(prompts, setup.mesh)
+    out.append(setup.compile(
+        "eval_generate", decode, setup.params["agent"],
+        setup.batch((rows, width), jnp.int32, "prompt"),
+        setup.batch((rows, width), jnp.bool_, "prompt_mask"), setup.key()))
   return out
 
 
@@ -647,13 +672,15 @@ def run(config, topology: str, heldout_rows: int = 512,
         phase_names: tuple[str, ...] = (),
         json_lines: bool = False,
         top_sources: int = 0,
-        hlo_dir: str | None = None) -> tuple[str, bool]:
+        hlo_dir: str | None = None,
+        eval_shape: tuple[int, int, int] = EVAL_SHAPE) -> tuple[str, bool]:
   """Compiles the programs `only` names (and with_phases, the phases) for
   slice `topology`, writing each one's HLO text into hlo_dir when given;
+  eval_generate at `eval_shape` (prompts, prompt width, new tokens);
   returns (report, fits)."""
   tpu_slice = slices.parse_slice(topology)
   setup = Setup(config, tpu_slice, topology_devices(tpu_slice), hlo_dir)
-  progs = programs(setup, heldout_rows, only)
+  progs = programs(setup, heldout_rows, only, eval_shape)
   phase_list = phases(setup, phase_names, compile_them=with_phases)
   return report(tpu_slice, setup, progs, phase_list, json_lines=json_lines,
                 top_sources=top_sources)
@@ -669,7 +696,8 @@ def main(argv):
                     tuple(p for p in FLAGS.programs if p != "none")
                     if FLAGS.programs else PROGRAMS,
                     tuple(FLAGS.phase_names), FLAGS.json, FLAGS.top_sources,
-                    FLAGS.hlo_dir)
+                    FLAGS.hlo_dir, (FLAGS.eval_batch_size, FLAGS.eval_prompt_len,
+                                    FLAGS.eval_new_tokens))
   print(text, flush=True)
   sys.exit(0 if fits else DOES_NOT_FIT)
 
@@ -685,9 +713,15 @@ def define_flags() -> None:
                       "v6e-4 ..")
   flags.DEFINE_integer("heldout_rows", 512, "Held-out tasks the run evaluates "
                        "(its test split's size).")
+  flags.DEFINE_integer("eval_batch_size", EVAL_SHAPE[0], "eval_generate: "
+                       "prompts per decoding call (evaluate's --batch_size).")
+  flags.DEFINE_integer("eval_prompt_len", EVAL_SHAPE[1], "eval_generate: the "
+                       "prompts' width in tokens.")
+  flags.DEFINE_integer("eval_new_tokens", EVAL_SHAPE[2], "eval_generate: "
+                       "tokens decoded per prompt (evaluate's --max_new_tokens).")
   flags.DEFINE_list("programs", [], "Compile only these programs (default: "
                     "all of warmstart_agent, warmstart_simulator, coevolve_step, "
-                    "heldout; 'none' compiles none of them).")
+                    "heldout, eval_generate; 'none' compiles none of them).")
   flags.DEFINE_list("phase_names", [], "With --phases, compile only these "
                     "phases (default: all; names as in the module doc).")
   flags.DEFINE_bool("json", False, "Print one JSON object per program and "
