@@ -77,8 +77,9 @@ def test_bad_mesh_is_a_clear_error(tiny, tmp_path, capsys):
     assert evaluate.main(_flags(hf_dir, data_dir, tmp_path / "p.jsonl",
                                 "--mesh", mesh)) == 2
     assert words in capsys.readouterr().err
-  # tensor=8 does not divide the 4 heads: the parameter is named.
-  with pytest.raises(InputError, match="--mesh=data=1,tensor=8.*heads|not divisible"):
+  # tensor=8 does not divide the 2 key-value heads: the parameter is named.
+  with pytest.raises(InputError, match=r"--hf_dir .* on the mesh \{'data': 1, 'fsdp': 1, "
+                     r"'tensor': 8\}: layers_0/attn/k_proj.*not divisible"):
     agent_generate.load_agent("", hf_dir, None, "", "data=1,tensor=8")
 
 
@@ -104,6 +105,42 @@ def test_checkpoint_part_restores_into_its_shards(tiny, tmp_path):
     state_checkpoint.read_sharded(str(tmp_path), None, "agent.params", wrong)
 
 
+def test_run_evaluates_on_its_config_mesh(tiny, tmp_path, capsys):
+  """--run: the agent of a text run's checkpoint, restored into the shards of
+  the run's config.mesh, predicts what it predicts on the data-only mesh."""
+  from configs import text as text_config  # pylint: disable=g-import-not-at-top
+  from genenv_jax.domains import get_domain  # pylint: disable=g-import-not-at-top
+  from train import build  # pylint: disable=g-import-not-at-top
+  from train.checkpoints import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  hf_dir, data_dir = tiny
+  config = text_config.get_config("cpu")
+  config.agent.hf_dir = config.simulator.hf_dir = config.task.tokenizer_dir = hf_dir
+  config.mesh.update(data=2, fsdp=2, tensor=2)
+  workdir = str(tmp_path / "run")
+  (tmp_path / "run").mkdir()
+  workdir_lib.write_config(config, workdir)
+  model = build.build_players(config, get_domain(config.task)).agent_model
+  mesh = agent_generate.agent_mesh("", SHARDED)
+  params = build.init_player_params(model, jax.random.PRNGKey(0), mesh,
+                                    sharding.DEFAULT_RULES, hf_dir)
+  manager = ocp.CheckpointManager(tmp_path / "run" / "checkpoints")
+  manager.save(0, args=ocp.args.StandardSave({"agent": {"params": params}}))
+  manager.wait_until_finished()
+  agent = agent_generate.load_agent(workdir, "", None, "", "")
+  assert dict(agent.mesh.shape) == dict(data=2, fsdp=2, tensor=2)
+  assert agent.model.dtype == "float32" and agent.layout == "gathered"
+  kernel = agent.params["layers_0"]["mlp"]["gate_proj"]["kernel"]
+  assert kernel.sharding.spec == PartitionSpec("fsdp", "tensor")
+  on_run_mesh, data_only = tmp_path / "run.jsonl", tmp_path / "data.jsonl"
+  flags = ["bamboogle", "--generate", "--run", workdir, "--data_dir", data_dir,
+           "--max_new_tokens", "8", "--batch_size", "8", "--predictions"]
+  assert evaluate.main(flags + [str(on_run_mesh)]) == 0
+  assert evaluate.main(flags + [str(data_only), "--mesh", "data=-1"]) == 0
+  assert on_run_mesh.read_text() == data_only.read_text()
+  assert evaluate.main(flags + [str(data_only), "--step", "3"]) == 2
+  assert "no step-3 checkpoint" in capsys.readouterr().err
+
+
 def _free_port() -> int:
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
@@ -121,7 +158,6 @@ def test_two_processes_predict_what_one_does_and_only_process_0_writes(
   port = _free_port()
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
              XLA_FLAGS="--xla_force_host_platform_device_count=4")
-  env.pop("GENENV_JAX_TEST_XLA_CACHE", None)
   procs = [subprocess.Popen(
       [sys.executable, "-m", "train.tools.evaluate",
        f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",

@@ -141,9 +141,8 @@ def load_agent(run: str, hf_dir: str, step: int | None, dtype: str,
   """
   if bool(run) == bool(hf_dir):
     raise InputError("give exactly one of --run and --hf_dir with --generate")
-  where = f"--mesh={mesh}" if mesh else (f"{run}'s config.mesh" if run else
-                                         "the data-only mesh")
   device_mesh = agent_mesh(run, mesh, batch_size)
+  where = f"the mesh {dict(device_mesh.shape)}"
   if hf_dir:
     model = hf.config_from_hf(hf.read_hf_config(hf_dir)).replace(dtype=dtype or "float32")
     try:
