@@ -77,6 +77,11 @@ def test_bad_mesh_is_a_clear_error(tiny, tmp_path, capsys):
     assert evaluate.main(_flags(hf_dir, data_dir, tmp_path / "p.jsonl",
                                 "--mesh", mesh)) == 2
     assert words in capsys.readouterr().err
+  # A job named by half its flags.
+  assert evaluate.main(["--num_processes=2"] + _flags(hf_dir, data_dir,
+                                                     tmp_path / "p.jsonl")) == 2
+  assert "--num_processes=2 --process_id=-1: a job named here needs all three" in (
+      capsys.readouterr().err)
   # tensor=8 does not divide the 2 key-value heads: the parameter is named.
   with pytest.raises(InputError, match=r"--hf_dir .* on the mesh \{'data': 1, 'fsdp': 1, "
                      r"'tensor': 8\}: layers_0/attn/k_proj.*not divisible"):
