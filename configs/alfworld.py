@@ -68,10 +68,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
 
 def _shrink_to_smoke(c: ml_collections.ConfigDict) -> None:
-  """The episodic smoke sizes (`text.episodic_smoke_sizes`), a short system
-  prompt, games of plans of up to 5 steps in 5 turns (level 1: up to 4
-  steps, level 2: 5)."""
-  text.episodic_smoke_sizes(c, num_steps=2, num_base=12, eval_every_steps=2)
+  """The smoke sizes (`text.smoke_sizes`), a short system prompt, games of
+  plans of up to 5 steps in 5 turns (level 1: up to 4 steps, level 2: 5)."""
+  text.smoke_sizes(c, num_steps=2, num_base=12, eval_every_steps=2)
   c.task.update(agent_system_prompt="Reply with one ALFWorld command.",
                 max_prompt_tokens=320, max_written_tokens=96,
                 max_simulator_tokens=96, max_turns=5, max_action_tokens=12,

@@ -14,6 +14,13 @@ Variants:
           call of a response) at widths that keep >= 95% of every single-turn
           category with a Qwen tokenizer (`python -m train.tools.bfcl_widths`
           measures it; docs/text_tasks.md has the figures).
+  api_bank  API-Bank levels 1 and 2 (data.format="api_bank": its training files
+          the train split, its test files the held-out split; the `api_bank`
+          verifier on the last call list of a response) at widths that keep
+          every record of API-Bank's level-1/2 test files and of its
+          lv3-api-train.json with a Qwen tokenizer (docs/text_tasks.md).
+  api_bank_smoke  the same at sizes a CPU runs with tiny random players, on
+          the seed fixture `scoring.apibank_levels.write_seed_fixture` writes.
   bfcl_multi_turn  BFCL multi-turn tool use, an episodic domain
           (genenv_jax/domains/bfcl_multi_turn/domain.py): the simulator writes a variation
           of a BFCL entry (classes, initial state, user turns, ground-truth calls)
@@ -46,7 +53,8 @@ import ml_collections
 
 from configs import default
 
-VARIANTS = ("cpu", "bfcl", "smollm", "bfcl_multi_turn", "bfcl_multi_turn_smoke")
+VARIANTS = ("cpu", "bfcl", "smollm", "bfcl_multi_turn", "bfcl_multi_turn_smoke",
+            "api_bank", "api_bank_smoke")
 # Other spellings of the delimiters that chat models write.
 TASK_DELIMITER_VARIANTS = ("**New Task:**", "**New Task**:", "New task:", "New Task -",
                            "## New Task:", "## New Task", "### New Task:", "### New Task")
@@ -96,7 +104,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
           "'Final answer: <the answer>'."),
       eos_token="<|im_end|>",  # Qwen2.5-Instruct's end of turn ("" = tokenizer's eos)
       pad_token="",            # "" = the tokenizer's pad token (must differ from eos)
-      verifier="exact",        # exact | f1 | tool_call | boxed | bfcl
+      verifier="exact",        # exact | f1 | tool_call | boxed | bfcl | api_bank
       answer_from="final_answer",  # all | final_answer | last_boxed | last_tool_call
       final_answer_marker="Final answer:",
       max_difficulty=4,        # task-length buckets
@@ -106,7 +114,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data = ml_collections.ConfigDict(dict(
       tfds_dir="",             # "" = <workdir>/tfds
       source_dir="",           # seed JSONL / parquet directory
-      format="prompt_answer",  # prompt_answer | bfcl
+      format="prompt_answer",  # prompt_answer | bfcl | api_bank
       prompt_field="prompt",
       answer_field="answer",
       test_fraction=0.1,       # held out when the directory has no test* files
@@ -118,6 +126,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     _shrink_to_cpu(c)
   elif arg == "bfcl":
     _bfcl(c)
+  elif arg in ("api_bank", "api_bank_smoke"):
+    _api_bank(c)
+    if arg == "api_bank_smoke":
+      _shrink_api_bank(c)
   elif arg == "smollm":
     _smollm(c)
   elif arg in ("bfcl_multi_turn", "bfcl_multi_turn_smoke"):
@@ -162,6 +174,25 @@ def _bfcl(c: ml_collections.ConfigDict) -> None:
       max_simulator_tokens=2816, max_response_tokens=1024)
 
 
+def _api_bank(c: ml_collections.ConfigDict) -> None:
+  """API-Bank seeds; widths keep every level-1/2 test record and every record of
+  lv3-api-train.json (Qwen tokenizer: tasks up to 1256 tokens, answers up to 103)."""
+  c.data.format = "api_bank"
+  c.task.update(
+      verifier="api_bank", answer_from="last_tool_call",
+      agent_instruction="{task}",  # the seed task asks for the API request itself
+      max_task_tokens=1536, max_answer_tokens=128, max_written_tokens=1792,
+      max_simulator_tokens=2048, max_response_tokens=512)
+
+
+def _shrink_api_bank(c: ml_collections.ConfigDict) -> None:
+  """The smoke sizes (`smoke_sizes`) with widths that hold the seed fixture
+  (tasks up to 334 tokens, answers up to 40)."""
+  smoke_sizes(c, num_steps=2, num_base=16, eval_every_steps=2)
+  c.task.update(max_task_tokens=384, max_answer_tokens=48, max_written_tokens=448,
+                max_simulator_tokens=128, max_response_tokens=48, max_difficulty=2)
+
+
 def _bfcl_multi_turn(c: ml_collections.ConfigDict) -> None:
   """BFCL multi-turn variations played as episodes (module doc)."""
   c.task = ml_collections.ConfigDict(dict(
@@ -199,9 +230,9 @@ def _bfcl_multi_turn(c: ml_collections.ConfigDict) -> None:
 
 
 def _shrink_bfcl_multi_turn(c: ml_collections.ConfigDict) -> None:
-  """The episodic smoke sizes (`episodic_smoke_sizes`), first turns only,
+  """The smoke sizes (`smoke_sizes`), first turns only,
   function names for docs, a few short steps."""
-  episodic_smoke_sizes(c, num_steps=3, num_base=32, eval_every_steps=1000)
+  smoke_sizes(c, num_steps=3, num_base=32, eval_every_steps=1000)
   c.task.update(function_docs="names",
                 max_prompt_tokens=160, max_written_tokens=160,
                 max_simulator_tokens=160, max_turns=3, max_action_tokens=24,
@@ -209,10 +240,10 @@ def _shrink_bfcl_multi_turn(c: ml_collections.ConfigDict) -> None:
   c.data.update(max_seed_turns=1, test_fraction=0.2)
 
 
-def episodic_smoke_sizes(c: ml_collections.ConfigDict, *, num_steps: int,
-                         num_base: int, eval_every_steps: int) -> None:
-  """What the episodic domains' smoke runs share, sizes a 2-core CPU runs:
-  both players tiny random decoders (one layer of width 32, f32, learning
+def smoke_sizes(c: ml_collections.ConfigDict, *, num_steps: int, num_base: int,
+                eval_every_steps: int) -> None:
+  """What the smoke runs (the episodic domains', API-Bank's) share, sizes a
+  2-core CPU runs: both players tiny random decoders (one layer of width 32, f32, learning
   rate 1e-3) on the project's Qwen tokenizer cache (`python -m
   train.tools.real_models qwen_tokenizer`), its <|endoftext|> the pad;
   `num_steps` steps of 8 generations and (8 + 8 replayed) x 2 = 32 episodes,

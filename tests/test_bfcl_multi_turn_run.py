@@ -17,8 +17,6 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-import torch
-import transformers
 
 from configs import text as text_config
 from genenv_jax import sharding
@@ -28,41 +26,6 @@ from tests import step_runs
 from train import build
 
 RULES = sharding.DEFAULT_RULES
-
-
-def _bigram_player(directory, tokenizer, model, scripts) -> str:
-  """A tiny Qwen2 HF checkpoint in `directory` that samples the bigram chains of
-  `scripts`, each starting at a line break and ending with <|im_end|>:
-  attention and MLP outputs zeroed, the output head mapping each token's
-  normalised embedding to its successors."""
-  torch.manual_seed(0)
-  config = transformers.Qwen2Config(
-      vocab_size=len(tokenizer), hidden_size=model.hidden_size,
-      intermediate_size=model.intermediate_size, num_hidden_layers=model.num_layers,
-      num_attention_heads=model.num_heads, num_key_value_heads=model.num_kv_heads,
-      tie_word_embeddings=False,
-      max_position_embeddings=model.max_position_embeddings)
-  net = transformers.AutoModelForCausalLM.from_config(config)
-  newline = tokenizer("\n", add_special_tokens=False)["input_ids"]
-  end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-  with torch.no_grad():
-    for layer in net.model.layers:
-      layer.self_attn.o_proj.weight.zero_()
-      layer.mlp.down_proj.weight.zero_()
-    embedding = net.model.embed_tokens.weight
-    normed = embedding * torch.rsqrt(embedding.pow(2).mean(-1, keepdim=True)
-                                     + config.rms_norm_eps)
-    head = torch.zeros_like(net.lm_head.weight)
-    pairs = set()
-    for script in scripts:
-      chain = newline + tokenizer(script, add_special_tokens=False)["input_ids"] + [end]
-      pairs |= set(zip(chain[:-1], chain[1:]))
-    for current, following in pairs:
-      head[following] += 20.0 * normed[current] / normed[current].pow(2).sum()
-    net.lm_head.weight.copy_(head)
-  net.save_pretrained(str(directory))
-  tokenizer.save_pretrained(str(directory))
-  return str(directory)
 
 
 def _params(tree):
@@ -83,7 +46,7 @@ def run(tmp_path_factory, qwen_tokenizer_dir):
   rows, difficulty = train.rows[seed:seed + 1], train.difficulty[seed:seed + 1]
   entry = domain.environment.host.task(rows[0])
   step = "[" + ", ".join(entry.ground_truth[0]) + "]"
-  config.agent.hf_dir = _bigram_player(
+  config.agent.hf_dir = step_runs.bigram_player(
       root / "agent", domain.tokenizer, build.build_players(config, domain).agent_model,
       [step, "Done."])
   # Its architecture now comes from its HF directory.

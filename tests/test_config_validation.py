@@ -18,6 +18,8 @@ SHIPPED = (
        ("default.py on 2 devices", default.get_config, 2),
        ("text.py", text.get_config, 8),
        ("text.py:cpu", lambda: text.get_config("cpu"), 8),
+       ("text.py:api_bank", lambda: text.get_config("api_bank"), 8),
+       ("text.py:api_bank_smoke", lambda: text.get_config("api_bank_smoke"), 8),
        ("qwen_tpu.py:cpu", lambda: qwen_tpu.get_config("cpu"), 8)]
     # qwen_tpu.py's sizes on the chip counts its docstring names.
     + [(f"qwen_tpu.py:{size} on {chips}", lambda s=size: qwen_tpu.get_config(s), chips)

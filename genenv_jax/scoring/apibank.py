@@ -79,6 +79,19 @@ def parse_prediction(text: str) -> list[Call]:
   return decode_calls(request.group(1).strip() if request else text)
 
 
+def single_call(text: str) -> ApiCall:
+  """The one call a text holds (formats in the module docstring), e.g. a gold
+  `API-Request: [Name(key='value')]`.
+
+  Raises:
+    DecodeError: the text holds no readable call list, or not exactly one call.
+  """
+  calls = parse_prediction(text)
+  if len(calls) != 1:
+    raise DecodeError(f"{len(calls)} calls, not one")
+  return ApiCall(calls[0].name, dict(calls[0].args))
+
+
 def canonical(value: Any) -> Any:
   """`value` in the form parameters are compared in (rules in the module docstring)."""
   if isinstance(value, bool):

@@ -2,8 +2,9 @@
 gold API call, prompted with the dialogue so far and scored on the call.
 
 Source files (GitHub AlibabaResearch/DAMO-ConvAI, folder api-bank/json_test_data/,
-MIT licence), read from a directory holding them (directly or under
-`json_test_data/`):
+MIT licence; the Hugging Face dataset `liminghao1630/API-Bank` holds the same
+files under test-data/), read from a directory holding them (directly or under one
+of its FOLDERS: `json_test_data/`, `test-data/`, `training-data/`):
 
   level-1-api.json  a JSON list of {"file", "id", "instruction", "input",
                     "expected_output"}: `instruction` states the call format and
@@ -29,6 +30,23 @@ prompt is LEVEL3_INSTRUCTION with ToolSearcher's description, then `User:
 result, then "Generate API Request:". The model's own earlier calls are not
 executed: offline there is no API implementation to run them against, so the
 dialogue continues from the recorded calls and results.
+
+Training on API-Bank (the text domain's `api_bank` seed format, `seed_examples`)
+reads levels 1 and 2: the Hugging Face dataset's training files as the train split
+and the test files above as the held-out split.
+
+  lv1-api-train.json, lv2-api-train.json  (training-data/) a JSON list of
+                    {"instruction", "input", "output"}: `instruction` states the
+                    call format and ends with "API descriptions:", `input` holds
+                    the API descriptions (JSON lines with keys apiCode,
+                    description, parameters, response) and then the dialogue so
+                    far, ending with "Generate API Request:", `output` the gold
+                    `API-Request: [Name(key='value', ...)]` (as written: some
+                    values are unquoted, so not every output is a readable call).
+
+This is the format of the repository's `training-data/lv3-api-train.json` (907
+records, 74 of them with an output that is no readable call); the level-1/2
+training files are assumed to share it.
 
 Scoring (`score`): a reply is read with genenv_jax/scoring/apibank.py (the call
 list after `API-Request:`, or any call format it reads). Where the gold call is an
@@ -63,6 +81,13 @@ LEVEL_FILES = {1: "level-1-api.json", 2: "level-2-api.json", 3: "level-3.json"}
 _RAW = "https://raw.githubusercontent.com/AlibabaResearch/DAMO-ConvAI/main/api-bank/"
 FILES = {f"json_test_data/{f}": _RAW + "json_test_data/" + f for f in LEVEL_FILES.values()}
 TOOL_SEARCHER = "ToolSearcher"
+# Where a data directory may hold the files: itself, the GitHub repository's test
+# folder, the Hugging Face dataset's test and training folders.
+FOLDERS = ("", "json_test_data", "test-data", "training-data")
+# Training on API-Bank (`seed_examples`): the Hugging Face dataset's training files
+# of levels 1 and 2, and the test files of those levels as the held-out split.
+SEED_LEVELS = (1, 2)
+TRAIN_FILES = {1: "lv1-api-train.json", 2: "lv2-api-train.json"}
 
 TOOL_SEARCHER_DESCRIPTION = {
     "name": TOOL_SEARCHER,
@@ -123,12 +148,21 @@ def level_path(data_dir: str, level: int) -> str:
     InputError: no such file.
   """
   name = LEVEL_FILES[level]
-  for path in (os.path.join(data_dir, name),
-               os.path.join(data_dir, "json_test_data", name)):
+  path = find_file(data_dir, name)
+  if path is None:
+    raise InputError(f"{data_dir}: no {name} (API-Bank level {level}) in it or in its "
+                     f"{'/, '.join(FOLDERS[1:])}/")
+  return path
+
+
+def find_file(data_dir: str, name: str) -> str | None:
+  """The file `name` in `data_dir` or in one of its FOLDERS (the first found),
+  None when there is none."""
+  for folder in FOLDERS:
+    path = os.path.join(data_dir, folder, name)
     if os.path.isfile(path):
       return path
-  raise InputError(f"{data_dir}: no {name} (API-Bank level {level}) in it or in its "
-                   "json_test_data/")
+  return None
 
 
 def _read_json_list(path: str) -> list:
@@ -147,16 +181,15 @@ def _gold_call(text: Any, where: str) -> apibank.ApiCall:
   if not isinstance(text, str):
     raise InputError(f"{where}: 'expected_output' is not a string")
   try:
-    calls = apibank.parse_prediction(text)
+    return apibank.single_call(text)
   except DecodeError as e:
     raise InputError(f"{where}: 'expected_output' is not an API request ({e})") from e
-  if len(calls) != 1:
-    raise InputError(f"{where}: 'expected_output' holds {len(calls)} calls, not one")
-  return apibank.ApiCall(calls[0].name, dict(calls[0].args))
 
 
-def _load_dialogue_level(path: str, level: int) -> list[Item]:
-  items, seen = [], set()
+def _dialogue_records(path: str, level: int) -> list[tuple[str, str, dict]]:
+  """(item id, where, record) of a level-1/2 test file's records, their fields
+  checked but `expected_output`'s call not read."""
+  records, seen = [], set()
   for index, record in enumerate(_read_json_list(path)):
     where = f"{path}: record {index}"
     if not isinstance(record, dict):
@@ -170,9 +203,86 @@ def _load_dialogue_level(path: str, level: int) -> list[Item]:
     if item_id in seen:
       raise InputError(f"{where}: id {item_id!r} appears twice")
     seen.add(item_id)
-    items.append(Item(item_id, level, record["instruction"].strip(), record["input"],
-                      _gold_call(record.get("expected_output"), f"{where} ({item_id})")))
-  return items
+    records.append((item_id, f"{where} ({item_id})", record))
+  return records
+
+
+def _load_dialogue_level(path: str, level: int) -> list[Item]:
+  return [Item(item_id, level, record["instruction"].strip(), record["input"],
+               _gold_call(record.get("expected_output"), where))
+          for item_id, where, record in _dialogue_records(path, level)]
+
+
+class Example(NamedTuple):
+  """A seed example of training on API-Bank (`seed_examples`).
+
+  Attributes:
+    id: `level-<n>/<file>/<id>` (test files, as `Item.id`) or
+      `level-<n>-train/<record index>` (training files).
+    system: the instruction (call format, and in test files the API descriptions).
+    user: the dialogue so far (training files: the API descriptions first),
+      ending with "Generate API Request:".
+    answer: the gold call's text as the file writes it, `API-Request:
+      [Name(key='value', ...)]` (some of them are no readable call).
+  """
+
+  id: str
+  system: str
+  user: str
+  answer: str
+
+
+def _load_training(path: str, level: int) -> list[Example]:
+  examples = []
+  for index, record in enumerate(_read_json_list(path)):
+    where = f"{path}: record {index}"
+    if not isinstance(record, dict):
+      raise InputError(f"{where}: not a JSON object")
+    for field in ("instruction", "input", "output"):
+      if not isinstance(record.get(field), str):
+        raise InputError(f"{where}: field {field!r} is not a string")
+    examples.append(Example(f"level-{level}-train/{index}", record["instruction"].strip(),
+                            record["input"], record["output"].strip()))
+  return examples
+
+
+def seed_files(data_dir: str) -> list[str]:
+  """The level-1 and level-2 training (TRAIN_FILES) and test (LEVEL_FILES) files
+  under `data_dir` (or its FOLDERS), training files first."""
+  names = [TRAIN_FILES[level] for level in SEED_LEVELS]
+  names += [LEVEL_FILES[level] for level in SEED_LEVELS]
+  return [path for path in (find_file(data_dir, name) for name in names) if path]
+
+
+def is_held_out(path: str) -> bool:
+  """Whether a seed file is a test file (its examples are held out from training)."""
+  return os.path.basename(path) in {LEVEL_FILES[level] for level in SEED_LEVELS}
+
+
+def seed_examples(path: str) -> list[Example]:
+  """The examples of one level-1 or level-2 file, by its name: a training file
+  (a JSON list of {"instruction", "input", "output"}) or a test file (its items;
+  the gold call's text as written, readable or not: 41 of the 534 in API-Bank's
+  test files of levels 1 and 2 are not, e.g. `attendees='['John', 'Jane']'`).
+
+  Raises:
+    InputError: a file of another name, or a malformed file (the message names
+      the file, record and field).
+  """
+  name = os.path.basename(path)
+  for level in SEED_LEVELS:
+    if name == TRAIN_FILES[level]:
+      return _load_training(path, level)
+    if name == LEVEL_FILES[level]:
+      examples = []
+      for item_id, where, record in _dialogue_records(path, level):
+        if not isinstance(record.get("expected_output"), str):
+          raise InputError(f"{where}: 'expected_output' is not a string")
+        examples.append(Example(item_id, record["instruction"].strip(), record["input"],
+                                record["expected_output"].strip()))
+      return examples
+  raise InputError(f"{path}: not an API-Bank level-1/2 file (expected one of "
+                   f"{sorted(TRAIN_FILES.values()) + [LEVEL_FILES[1], LEVEL_FILES[2]]})")
 
 
 def format_call(name: str, parameters: dict[str, Any]) -> str:
@@ -440,6 +550,64 @@ def write_fixture(directory: str) -> list[str]:
   os.makedirs(folder, exist_ok=True)
   paths = []
   for name, records in _fixture().items():
+    path = os.path.join(folder, name)
+    with open(path, "w", encoding="utf-8") as f:
+      json.dump(records, f, indent=4)
+    paths.append(path)
+  return paths
+
+
+# The training fixture: hand-written records in the format of API-Bank's training
+# files (module doc), for the text domain's `api_bank` seed format.
+
+def _training_record(apis: Sequence[dict], lines: Sequence[str], call: str) -> dict:
+  described = [json.dumps({"apiCode": a["name"], "description": a["description"],
+                           "parameters": a["input_parameters"],
+                           "response": a["output_parameters"]}) for a in apis]
+  return {"instruction": _instruction(()),
+          "input": "\n".join(described + list(lines) + ["Generate API Request: "]),
+          "output": f"API-Request: {call}"}
+
+
+def _training_fixture() -> dict[str, list]:
+  level1 = [
+      _training_record([_CONVERT], ["User: Convert 40 euros to Japanese yen, please."],
+                       "[ConvertCurrency(amount='40', from_currency='EUR', "
+                       "to_currency='JPY')]"),
+      _training_record([_PARCEL], ["User: Where is my parcel 7Q12?"],
+                       "[QueryParcel(tracking_number='7Q12')]"),
+      _training_record([_SMS], ["User: Text +1-555-0199 that I am running late."],
+                       "[SendSms(phone='+1-555-0199', message='I am running late.')]"),
+      # As in API-Bank's training files, a gold call with unquoted values: no
+      # readable call, so the text domain drops it.
+      _training_record([_BOOK], ["User: Book Chez Anna for 3 at 7 pm on June 1st."],
+                       "[BookTable(restaurant=Chez Anna, time=2023-06-01 19:00:00, "
+                       "people=3)]"),
+  ]
+  parcel = "User: Is parcel 5K77 on its way?"
+  level2 = [
+      _training_record([_SEARCHER], [parcel],
+                       "[ToolSearcher(keywords='parcel tracking')]"),
+      _training_record([_SEARCHER], [
+          parcel, f"API-Request: [ToolSearcher(keywords='parcel tracking')]->{_PARCEL!r}"],
+                       "[QueryParcel(tracking_number='5K77')]"),
+  ]
+  return {TRAIN_FILES[1]: level1, TRAIN_FILES[2]: level2}
+
+
+def write_seed_fixture(directory: str) -> list[str]:
+  """Writes the seed files of training on API-Bank under `directory`, as the
+  Hugging Face dataset lays them out: hand-written training records of levels 1
+  and 2 under training-data/ and the test fixture's level-1/2 files under
+  test-data/; returns the paths (`seed_files`' order)."""
+  test = _fixture()
+  files = dict(_training_fixture(), **{LEVEL_FILES[level]: test[LEVEL_FILES[level]]
+                                       for level in SEED_LEVELS})
+  paths = []
+  for name, records in files.items():
+    folder = os.path.join(directory, "training-data" if name in TRAIN_FILES.values()
+                          else "test-data")
+    os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, name)
     with open(path, "w", encoding="utf-8") as f:
       json.dump(records, f, indent=4)

@@ -11,9 +11,11 @@ files are read again). The source directory holds, at its top level:
 
 Files whose names start with "test" form the `test` split (the held-out set) and
 all others the `train` split (the agent pool's base data); without test files a
-seeded `test_fraction` of the records is held out instead. A file without records
-and an empty split are errors; a record without its fields is reported with its
-file and 1-based line (JSON lines) or row (parquet).
+seeded `test_fraction` of the records is held out instead. (Format api_bank has
+its own files, below.) A train record whose task text (whitespace runs collapsed)
+is that of a held-out record is dropped, so no held-out task is trained on. A file
+without records and an empty split are errors; a record without its fields is
+reported with its file and 1-based line (JSON lines) or row (parquet).
 
 Record formats (`format`):
 
@@ -28,6 +30,18 @@ Record formats (`format`):
                  answer is the compact reference the text domain's `bfcl` verifier
                  reads (`text_verifiers.bfcl_reference`: the ground truth with the
                  types of the parameters it names, not the schemas).
+  api_bank       API-Bank's level-1 and level-2 files (`scoring.apibank_levels`,
+                 whose module doc gives their formats), found in the source
+                 directory or its training-data/, test-data/ or json_test_data/:
+                 the training files lv1-api-train.json and lv2-api-train.json are
+                 the train split, the test files level-1-api.json and
+                 level-2-api.json (Table 1's API-Bank items of those levels) the
+                 held-out split; other files are not read. The task text is the
+                 instruction (the call format; API descriptions), a line break and
+                 the dialogue so far, ending "Generate API Request:"; the answer is
+                 the gold call, `API-Request: [Name(key='value', ...)]`, which the
+                 text domain's `api_bank` verifier reads (a record whose gold
+                 call it cannot read is dropped as unparseable).
 
 Features: `id`, `task`, `answer` (text) and `index` (the record's position in its
 split; tfds stores examples in hashed order). `seed_rows` turns a split into the
@@ -51,7 +65,7 @@ import numpy as np
 from genenv_jax.domains.base import library_console
 from genenv_jax.domains.text import verifiers as text_verifiers
 from genenv_jax.domains.text.domain import FORMATS, TextDomain
-from genenv_jax.scoring import InputError, read_jsonl, read_jsonl_lines
+from genenv_jax.scoring import InputError, apibank_levels, read_jsonl, read_jsonl_lines
 
 JSON_SUFFIXES = (".jsonl", ".json")
 PARQUET_SUFFIX = ".parquet"
@@ -97,9 +111,19 @@ class TextTasksConfig:
       raise ValueError(f"config.data.test_fraction={self.test_fraction} must lie in [0, 1)")
 
   def source_files(self) -> list[str]:
-    """The data files at the top level of source_dir, sorted by name."""
+    """The data files at the top level of source_dir, sorted by name (format
+    api_bank: API-Bank's level-1/2 files, `apibank_levels.seed_files`)."""
     if not os.path.isdir(self.source_dir):
       raise InputError(f"config.data.source_dir={self.source_dir!r} is not a directory")
+    if self.format == "api_bank":
+      paths = apibank_levels.seed_files(self.source_dir)
+      if not paths:
+        raise InputError(
+            f"{self.source_dir} holds none of API-Bank's files "
+            f"{list(apibank_levels.TRAIN_FILES.values())} (training) or "
+            f"{[apibank_levels.LEVEL_FILES[level] for level in apibank_levels.SEED_LEVELS]}"
+            f" (test), directly or in {'/, '.join(apibank_levels.FOLDERS[1:])}/")
+      return paths
     names = sorted(n for n in os.listdir(self.source_dir)
                    if n.endswith(JSON_SUFFIXES + (PARQUET_SUFFIX,))
                    and os.path.isfile(os.path.join(self.source_dir, n)))
@@ -172,6 +196,23 @@ def bfcl_task_text(question: str, functions: Sequence[dict[str, Any]]) -> str:
           f"{json.dumps(list(functions), separators=(',', ':'))}\n\n{BFCL_REQUEST}")
 
 
+def api_bank_task_text(instruction: str, dialogue: str) -> str:
+  """The task text of an API-Bank example: its instruction and its dialogue so far,
+  one line break between them."""
+  return f"{instruction.strip()}\n{dialogue.strip()}"
+
+
+def is_held_out(config: TextTasksConfig, path: str) -> bool:
+  """Whether a source file's records form the test split (module doc)."""
+  if config.format == "api_bank":
+    return apibank_levels.is_held_out(path)
+  return os.path.basename(path).startswith(TEST_PREFIX)
+
+
+def _task_key(task: str) -> str:
+  return " ".join(task.split())
+
+
 def read_source_file(config: TextTasksConfig, path: str) -> list[TextRecord]:
   """The seed tasks of one file.
 
@@ -179,6 +220,9 @@ def read_source_file(config: TextTasksConfig, path: str) -> list[TextRecord]:
     InputError: an unreadable or empty file, or a record without its fields (the
       message names the file, the record's line and the field).
   """
+  if config.format == "api_bank":
+    return [TextRecord(e.id, api_bank_task_text(e.system, e.user), e.answer)
+            for e in apibank_levels.seed_examples(path)]
   records = _read_records(path)
   answers = _bfcl_answers(path) if config.format == "bfcl" else {}
   out = []
@@ -227,7 +271,7 @@ def read_splits(config: TextTasksConfig) -> dict[str, list[TextRecord]]:
   test: list[TextRecord] = []
   for path in config.source_files():
     records = read_source_file(config, path)
-    (test if os.path.basename(path).startswith(TEST_PREFIX) else train).extend(records)
+    (test if is_held_out(config, path) else train).extend(records)
   if not test:
     held_out = np.random.default_rng(config.seed).permutation(len(train))[
         :round(config.test_fraction * len(train))]
@@ -239,10 +283,15 @@ def read_splits(config: TextTasksConfig) -> dict[str, list[TextRecord]]:
           f"{config.source_dir} has no {TEST_PREFIX}* file and "
           f"config.data.test_fraction={config.test_fraction} holds out none of its "
           f"{len(train)} records: the test split would be empty")
-  if not train:
+  held_out = {_task_key(r.task) for r in test}
+  kept = [r for r in train if _task_key(r.task) not in held_out]
+  if len(kept) < len(train):
+    logging.warning("Seed data: %d train records of %s dropped: their task is a "
+                    "held-out task.", len(train) - len(kept), config.source_dir)
+  if not kept:
     raise InputError(f"{config.source_dir}: the train split is empty (every "
-                     f"record is in a {TEST_PREFIX}* file)")
-  return {"train": train, "test": test}
+                     "record is held out, or its task is a held-out task)")
+  return {"train": kept, "test": test}
 
 
 @functools.cache
@@ -258,8 +307,10 @@ def text_tasks_builder() -> type:
   class TextTasks(tfds.core.GeneratorBasedBuilder):
     """Seed text tasks read from a local directory."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "train / test splits of local JSONL or parquet tasks."}
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {"1.0.0": "train / test splits of local JSONL or parquet tasks.",
+                     "1.1.0": "API-Bank files; train records with a held-out task "
+                              "dropped."}
     BUILDER_CONFIGS = []
 
     # tfds's default lookup of this file needs `importlib_resources`, an optional package.
@@ -362,7 +413,7 @@ def load_seed_rows(config: Any, domain: TextDomain, data_dir: str) -> dict[str, 
 def seed_splits(domain: TextDomain, config: Any, data_dir: str
                 ) -> tuple[dict, dict]:
   """The run's seed data (the registry's `seed_splits`): the records of
-  config.data.source_dir (JSONL, parquet or BFCL files; `load_seed_rows`)
+  config.data.source_dir (JSONL, parquet, BFCL or API-Bank files; `load_seed_rows`)
   that fit the domain's widths, prepared by the TextTasks builder in
   `data_dir`."""
   splits = load_seed_rows(config, domain, data_dir)

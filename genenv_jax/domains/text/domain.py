@@ -92,7 +92,7 @@ _SENTINEL = "\u27e6genenv-slot-{}\u27e7"
 
 
 # The formats of seed files `data.py` reads (config.data.format).
-FORMATS = ("prompt_answer", "bfcl")
+FORMATS = ("prompt_answer", "bfcl", "api_bank")
 
 
 class PromptTemplate(NamedTuple):

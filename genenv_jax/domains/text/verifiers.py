@@ -22,8 +22,9 @@ the rows it holds (`sharding.rows_per_device`: every process scores its own shar
 of a batch). They return a
 float32[M] of fixed shape whatever the tokens are, and score 0 for anything they
 cannot read (a scorer exception is a 0, never a crash). Each takes time linear in the
-lengths of the two texts; tool_call and bfcl score 0 on text past `scoring.bfcl`'s
-limits (MAX_OUTPUT_CHARS, MAX_CALLS, MAX_INT_DIGITS, MAX_ARITHMETIC_SIZE).
+lengths of the two texts; tool_call, bfcl and api_bank score 0 on text past
+`scoring.bfcl`'s limits (MAX_OUTPUT_CHARS, MAX_CALLS, MAX_INT_DIGITS,
+MAX_ARITHMETIC_SIZE).
 
   tool_call `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks: the
             response's calls equal the reference's as a multiset (order-free), names
@@ -36,6 +37,12 @@ limits (MAX_OUTPUT_CHARS, MAX_CALLS, MAX_INT_DIGITS, MAX_ARITHMETIC_SIZE).
             compact JSON below (`bfcl_reference`); the response is decoded by `scoring.bfcl.decode_calls` (Python calls,
             JSON or `<tool_call>` blocks); category "parallel" when the ground truth
             has several calls, else "simple".
+  api_bank  API-Bank's call match (`scoring.apibank.score`): the reference is one
+            call, `API-Request: [Name(key='value', ...)]` (or another format
+            `scoring.apibank` reads); the response must hold exactly that call,
+            parameters compared after `scoring.apibank.canonical`. A ToolSearcher
+            call is matched on its keywords too (the Table 1 scorer's retrieval
+            needs the API catalogue, which a written task does not carry).
 
 A host verifier also says whether a reference is checkable at all (`reference_ok`):
 the text domain marks generated tasks whose reference fails it invalid.
@@ -76,7 +83,7 @@ from genenv_jax.scoring import apibank
 from genenv_jax.scoring import bfcl
 
 IN_GRAPH_VERIFIERS = ("exact", "f1")
-HOST_VERIFIERS = ("tool_call", "boxed", "bfcl")
+HOST_VERIFIERS = ("tool_call", "boxed", "bfcl", "api_bank")
 VERIFIERS = IN_GRAPH_VERIFIERS + HOST_VERIFIERS
 IN_GRAPH_ANSWERS = ("all", "final_answer")
 ANSWERS_FROM = IN_GRAPH_ANSWERS + ("last_boxed", "last_tool_call")
@@ -495,6 +502,24 @@ def bfcl_reference_ok(reference: str) -> bool:
     return False
 
 
+def api_bank_score(response: str, reference: str) -> float:
+  """1.0 when the response holds exactly the reference's API call (module doc)."""
+  try:
+    gold = apibank.single_call(reference)
+  except (bfcl.DecodeError, RecursionError):
+    return 0.0
+  return float(apibank.score(gold, response).correct)
+
+
+def api_bank_reference_ok(reference: str) -> bool:
+  """The reference holds exactly one readable API call."""
+  try:
+    apibank.single_call(reference)
+    return True
+  except (bfcl.DecodeError, RecursionError):
+    return False
+
+
 def final_answer_text(text: str, marker: str) -> str | None:
   """The rest of the line after the text's last `marker`, stripped; None without one."""
   at = text.rfind(marker)
@@ -567,6 +592,7 @@ HOST_SCORERS: dict[str, HostVerifier] = {
     "tool_call": HostVerifier(tool_call_score, tool_call_reference_ok),
     "boxed": HostVerifier(boxed_score, boxed_reference_ok),
     "bfcl": HostVerifier(bfcl_score, bfcl_reference_ok),
+    "api_bank": HostVerifier(api_bank_score, api_bank_reference_ok),
 }
 
 
