@@ -358,6 +358,30 @@ def test_apibank_unreadable_prediction_is_invalid():
   assert apibank.score(GOLD, "I cannot help with that.").status == "invalid"
 
 
+def test_apibank_reads_quoted_values_holding_quotes_as_api_bank_writes_them():
+  # As 41 gold calls of API-Bank's level-1/2 test files are written.
+  gold = apibank.single_call(
+      "API-Request: [RecordHealthData(user_id='12345', health_data='[{'name': "
+      "'blood_pressure', 'value': '120/80'}]', note='it's fine')]")
+  assert gold == apibank.ApiCall("RecordHealthData", {
+      "user_id": "12345",
+      "health_data": [{"name": "blood_pressure", "value": "120/80"}],
+      "note": "it's fine"})
+  assert apibank.score(gold, "API-Request: [RecordHealthData(user_id='12345', "
+                       "health_data=[{'name': 'blood_pressure', 'value': '120/80'}], "
+                       "note=\"it's fine\")]").correct
+  wrong = apibank.score(gold, "API-Request: [RecordHealthData(user_id='12345', "
+                        "health_data='[{'name': 'blood_pressure', 'value': '90/60'}]', "
+                        "note='it's fine')]")
+  assert wrong.status == "incorrect" and "'health_data'" in wrong.reason
+  for unreadable in ("API-Request: [RecordHealthData(user_id=12 345)]",
+                     "API-Request: [RecordHealthData('12345', x='a'b')]",
+                     "API-Request: RecordHealthData(user_id='a'b')"):
+    assert apibank.score(gold, unreadable).status == "invalid", unreadable
+  assert not apibank.score(gold, "API-Request: [RecordHealthData(user_id='12345'), "
+                           "Other(x='a'b')]").correct
+
+
 def test_apibank_canonical_values():
   assert apibank.canonical(" 3 ") == apibank.canonical(3) == apibank.canonical(3.0)
   assert apibank.canonical("TRUE") == apibank.canonical(True)

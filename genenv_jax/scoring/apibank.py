@@ -6,7 +6,12 @@ Gold data (JSONL), one call per line, with the field names of API-Bank's samples
 A prediction's text is read as
   * API-Bank's format `API-Request: [Name(key='value', ...)]`: the call list on the
     rest of the marker's line (or the next line when that is empty), text around it
-    ignored; or otherwise
+    ignored. Where that line is not Python, it is read as API-Bank's own files write
+    it, a quoted value holding quotes of its own (`health_data='[{'name': 'x'}]'`,
+    41 of the 534 gold calls of its level-1/2 test files): the arguments split at
+    each `, key=`, and a value that is not a Python literal but is quoted reads as
+    the literal its quotes hold (a list, a dict), else as the text between them;
+    or otherwise
   * any format `bfcl.decode_calls` reads: JSON `{"name": ..., "parameters": {...}}`
     (or "arguments"), `<tool_call>` blocks, or Python calls `[Name(key='value')]`.
 Text that cannot be read is INVALID. It is CORRECT when it holds exactly one call whose
@@ -21,6 +26,7 @@ text's length; a text longer than `bfcl.MAX_OUTPUT_CHARS`, or past another of
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any, NamedTuple
 
@@ -30,6 +36,10 @@ from genenv_jax.scoring.bfcl import MAX_OUTPUT_CHARS, Call, DecodeError
 from genenv_jax.scoring.bfcl import decode_calls
 
 _REQUEST_LINE = re.compile(r"API-Request:\s*([^\n]*)")
+# API-Bank's writing of one call: `[Name(key=value, ...)]`, and where each
+# argument starts.
+_ONE_CALL = re.compile(r"\[\s*(\w+)\s*\((.*)\)\s*\]", re.DOTALL)
+_ARGUMENT = re.compile(r"(?:^|,)\s*(\w+)\s*=\s*")
 _INTEGER = re.compile(r"[+-]?\d{1,100}")  # longer digit strings compare as floats
 # One way to match each text, so a failed match does not backtrack over digit runs.
 _DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
@@ -76,7 +86,50 @@ def parse_prediction(text: str) -> list[Call]:
     raise DecodeError(f"output of {len(text)} characters is longer than "
                       f"MAX_OUTPUT_CHARS={MAX_OUTPUT_CHARS}")
   request = _REQUEST_LINE.search(text)
-  return decode_calls(request.group(1).strip() if request else text)
+  if not request:
+    return decode_calls(text)
+  line = request.group(1).strip()
+  try:
+    return decode_calls(line)
+  except DecodeError as error:
+    return [_api_bank_call(line, error)]
+
+
+def _api_bank_call(line: str, error: DecodeError) -> Call:
+  """The one call of an API-Request line that is not Python, read as API-Bank
+  writes it (module docstring).
+
+  Raises:
+    error: the line is not one `[Name(key=value, ...)]` whose values read.
+  """
+  match = _ONE_CALL.fullmatch(line)
+  if not match:
+    raise error
+  name, arguments = match.groups()
+  starts = list(_ARGUMENT.finditer(arguments))
+  if (not starts or starts[0].start() != 0) and arguments.strip():
+    raise error
+  args = {}
+  for start, end in zip(starts, starts[1:] + [None]):
+    value = arguments[start.end():end.start() if end else len(arguments)].strip()
+    args[start.group(1)] = _api_bank_value(value, error)
+  return Call(name, args)
+
+
+def _api_bank_value(text: str, error: DecodeError) -> Any:
+  """An argument's value: a Python literal, else what its quotes hold (a
+  literal when it reads as one, else their text)."""
+  try:
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError, MemoryError):
+    pass
+  if len(text) < 2 or text[0] not in "'\"" or text[-1] != text[0]:
+    raise error
+  inner = text[1:-1]
+  try:
+    return ast.literal_eval(inner)
+  except (ValueError, SyntaxError, MemoryError):
+    return inner
 
 
 def single_call(text: str) -> ApiCall:
