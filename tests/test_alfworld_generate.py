@@ -1,8 +1,8 @@
 """`train.tools.evaluate alfworld`: episodes scored by replaying their commands
 in the games (ALFWorld-synthetic and the official file layout of the fixture
 `--write_fixture` writes), malformed episode files, `--download` against a
-stub server, and SmolLM2-135M-Instruct playing two ALFWorld-synthetic games
-end to end."""
+stub server, and SmolLM2-135M-Instruct (its first 4 decoder layers) playing two
+ALFWorld-synthetic games end to end."""
 
 from __future__ import annotations
 
@@ -178,9 +178,9 @@ def test_download_extracts_the_split_from_the_release_zips(fixture_dir, tmp_path
       capsys.readouterr().err
 
 
-def test_smollm2_plays_two_synthetic_games(synthetic, smollm2_dir, tmp_path, capsys):
+def test_smollm2_plays_two_synthetic_games(synthetic, smollm2_first4_dir, tmp_path, capsys):
   predictions = tmp_path / "alfworld.jsonl"
-  assert evaluate.main(["alfworld", "--generate", "--hf_dir", smollm2_dir,
+  assert evaluate.main(["alfworld", "--generate", "--hf_dir", smollm2_first4_dir,
                         "--predictions", str(predictions), "--limit", "2",
                         "--max_turns", "2", "--max_new_tokens", "12",
                         "--batch_size", "2"]) == 0

@@ -1,7 +1,9 @@
 """`train.tools.evaluate {bamboogle,api_bank,travelplanner}`: each scorer against
 hand-computed verdicts on the fixtures `--write_fixture` writes in the source's
-format, malformed replies, and SmolLM2-135M-Instruct answering a few fixture
-items of each benchmark end to end."""
+format, malformed replies, and SmolLM2-135M-Instruct (its first 4 decoder
+layers: its tokenizer, chat template, stop tokens and weights, at a size the
+suite runs quickly) answering a few fixture items of each benchmark end to end;
+the full model's scores are docs/benchmarks.md's."""
 
 from __future__ import annotations
 
@@ -420,10 +422,10 @@ def test_download_records_and_checks_checksums(monkeypatch, tmp_path, capsys):
     ("api_bank", ["--limit", "1", "--max_new_tokens", "32"]),    # one item a level
     ("travelplanner", ["--limit", "2", "--max_new_tokens", "48"]),
 ])
-def test_smollm2_answers_fixture_items(name, flags, fixtures, smollm2_dir, tmp_path,
+def test_smollm2_answers_fixture_items(name, flags, fixtures, smollm2_first4_dir, tmp_path,
                                        capsys):
   predictions = tmp_path / f"{name}.jsonl"
-  assert evaluate.main([name, "--generate", "--hf_dir", smollm2_dir, "--data_dir",
+  assert evaluate.main([name, "--generate", "--hf_dir", smollm2_first4_dir, "--data_dir",
                         fixtures[name], "--predictions", str(predictions),
                         "--batch_size", "2"] + flags) == 0
   out = capsys.readouterr().out
