@@ -63,7 +63,7 @@ def run(tmp_path_factory, qwen_tokenizer_dir):
                                        rows, difficulty, mesh)
   before = (_params(state.agent.params), _params(state.simulator.params))
   state, history, traces = step_runs.run_steps(config, domain, players, state,
-                                               shardings, mesh, 3)
+                                               shardings, mesh, 2)
   return dict(config=config, domain=domain, state=state, history=history,
               traces=traces, before=before, step=step, rows=rows)
 
