@@ -77,14 +77,31 @@ def pytest_collection_modifyitems(items):
                                        len(rank)))
 
 
+# A worker's resident memory past which, after a test file, it drops the
+# programs jax holds compiled in memory (and what only they kept alive).
+RELEASE_ABOVE_BYTES = 3 * 2**30
+
+
+def _resident_bytes() -> int:
+  """This process's resident memory (Linux's /proc; 0 where there is none)."""
+  try:
+    with open("/proc/self/statm") as f:
+      return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+  except (OSError, ValueError, IndexError):
+    return 0
+
+
 @pytest.fixture(scope="module", autouse=True)
 def release_compiled_programs():
-  """After each test file, drops the programs jax holds compiled in memory and
-  what only they kept alive: a worker that runs many files would otherwise
-  keep every one's (the session's compilation cache on disk still has them)."""
+  """After a test file, a worker holding more than RELEASE_ABOVE_BYTES drops
+  its compiled programs (the session's compilation cache on disk keeps those
+  that took a second or more to compile): a worker running many files would
+  otherwise keep every one's, and the suite's real-model run needs the room.
+  Below it, programs stay for the next files to reuse."""
   yield
-  jax.clear_caches()
-  gc.collect()
+  if _resident_bytes() > RELEASE_ABOVE_BYTES:
+    jax.clear_caches()
+    gc.collect()
 
 
 @pytest.fixture(scope="session")
