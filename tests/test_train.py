@@ -14,6 +14,7 @@ import pytest
 
 from configs import default
 from genenv_jax import pool as pool_lib
+from genenv_jax import sharding
 from genenv_jax.domains import ArithmeticDomain, get_domain
 from genenv_jax.domains.arithmetic import data as datasets
 from train import build
@@ -489,3 +490,32 @@ def test_exported_player_loads_in_transformers_with_our_logits(uninterrupted,
   with safe_open(str(bf16 / shard), framework="np") as f:
     assert all(f.get_slice(k).get_dtype() == "BF16" for k in f.keys())
   assert json.loads((bf16 / hf.CONFIG_FILE).read_text())["dtype"] == "bfloat16"
+
+
+def test_heldout_answered_in_passes_of_a_few_rows_is_the_runs_evaluation(
+    uninterrupted):
+  """The step-0 agent answering the held-out set 7 tasks a pass (the last pass
+  padded) answers each task as the run's one-pass evaluation did, and its
+  sampled success is drawn from the same keys at every evaluation."""
+  config, workdir, _ = uninterrupted
+  test = datasets.load_split(datasets.builder_config_from(config), "test",
+                             config.data.tfds_dir)
+  assert len(test["task"]) % 7  # a padded last pass
+  domain = get_domain(config.task)
+  players = build.build_players(config, domain)
+  mesh = sharding.make_mesh(dict(config.mesh))
+  params = run_checkpoints.agent_params(workdir, mesh, 0)
+  evaluate = heldout.HeldoutEval(
+      domain, players.agent_model, test["task"], test["difficulty"], mesh,
+      sharding.DEFAULT_RULES, config.curriculum.success_threshold, samples=2,
+      temperature=config.coevolve.agent_temperature, seed=config.seed,
+      rows_per_pass=7)
+  step0 = np.load(os.path.join(workdir, checkpointing.STEP0_ANSWERS))
+  np.testing.assert_array_equal(evaluate.correct(params), step0)
+  metrics, answers = evaluate.metrics_and_answers(params)
+  np.testing.assert_array_equal(answers.correct, step0)
+  assert answers.sampled.shape == step0.shape
+  assert set(np.unique(answers.sampled)) <= {0.0, 0.5, 1.0}
+  np.testing.assert_array_equal(evaluate.metrics_and_answers(params)[1].sampled,
+                                answers.sampled)
+  assert metrics["eval/accuracy"] == pytest.approx(np.mean(step0))

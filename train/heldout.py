@@ -93,12 +93,12 @@ def frontier_levels(difficulty: np.ndarray, correct: np.ndarray
 
 def _solved(domain: TaskDomain, agent_model: ModelConfig, params, rows,
             sampling: SamplingConfig, num_samples: int,
-            success_threshold: float, seed: int = 0):
+            success_threshold: float, key=None):
   """G = num_samples attempts at each of the n task rows int32[n, task_len],
-  drawn from PRNGKey(seed): (bool[n·G] solved, int32[n·G] response tokens,
-  or turns for episodes)."""
+  drawn from `key` (None: PRNGKey(0)): (bool[n·G] solved, int32[n·G]
+  response tokens, or turns for episodes)."""
   parsed = domain.parse(rows, rows != domain.pad_id)
-  key = jax.random.PRNGKey(seed)
+  key = jax.random.PRNGKey(0) if key is None else key
   valid = jnp.repeat(parsed.valid, num_samples)
   env = domain.environment
   if env is not None:
@@ -141,21 +141,32 @@ def answer_pass(domain: TaskDomain, agent_model: ModelConfig, mesh, rules,
 
 def sampled_success_pass(domain: TaskDomain, agent_model: ModelConfig, mesh,
                          rules, samples: int, temperature: float,
-                         success_threshold: float = 1.0, seed: int = 0):
-  """The jitted pass (params, rows int32[n, task_len]) -> f32[n]: the share
-  of `samples` attempts (episodes) per task, sampled at `temperature`, that
-  succeed; replicated on `mesh`. Every call draws from PRNGKey(seed), so two
-  agents' passes pair their samples (common random numbers)."""
+                         success_threshold: float = 1.0):
+  """The jitted pass (params, rows int32[n, task_len], key) -> f32[n]: the
+  share of `samples` attempts (episodes) per task, sampled at `temperature`
+  from `key`, that succeed; replicated on `mesh`. Two agents' passes with one
+  key pair their samples (common random numbers)."""
 
   @functools.partial(jax.jit, out_shardings=sharding.replicated(mesh))
   @sharding.in_mesh(mesh, rules)
-  def sampled_success(params, rows):
+  def sampled_success(params, rows, key):
     ok, _ = _solved(domain, agent_model, params, rows,
                     _sampling(domain, temperature), samples,
-                    success_threshold, seed)
+                    success_threshold, key)
     return ok.reshape(-1, samples).mean(axis=1)
 
   return sampled_success
+
+
+def _chunks(rows: np.ndarray, size: int) -> list[np.ndarray]:
+  """int32[n, L] rows as consecutive blocks of `size` (0: one block of all),
+  the last padded with repeats of its first row."""
+  if size <= 0 or len(rows) <= size:
+    return [rows]
+  blocks = [rows[i:i + size] for i in range(0, len(rows), size)]
+  last = blocks[-1]
+  blocks[-1] = np.concatenate([last, np.repeat(last[:1], size - len(last), axis=0)])
+  return blocks
 
 
 class Answers(NamedTuple):
@@ -178,31 +189,52 @@ class HeldoutEval:
     success_threshold: an answer counts as correct when its reward reaches it
       (partial-credit rewards do not count as accuracy).
     samples: > 0: also the success rate of this many answers (episodes) per
-      task sampled at `temperature` (eval/sampled_success*), drawn from
-      PRNGKey(seed) at every evaluation.
+      task sampled at `temperature` (eval/sampled_success*), drawn from the
+      same keys at every evaluation: PRNGKey(seed) for the first pass, its
+      fold_in with i for pass i.
+    rows_per_pass: > 0: the tasks are answered this many at a time (the last
+      pass padded with repeats of its first task), so that one compiled pass
+      of bounded memory serves a held-out set of any size; 0: all in one pass.
   """
 
   def __init__(self, domain: TaskDomain, agent_model: ModelConfig,
                rows: np.ndarray, difficulty: np.ndarray, mesh, rules,
                success_threshold: float = 1.0, samples: int = 0,
-               temperature: float = 1.0, seed: int = 0):
+               temperature: float = 1.0, seed: int = 0, rows_per_pass: int = 0):
     self._levels = sorted(int(d) for d in np.unique(difficulty))
     self._difficulty = np.asarray(difficulty)
+    rows = np.asarray(rows, np.int32)
+    self._count = len(rows)
     # Every process holds the rows and gets every answer back (a replicated
     # output is readable on each process, however many share the mesh).
-    self._rows = sharding.from_host(np.asarray(rows, np.int32),
-                                    sharding.replicated(mesh))
+    self._passes = [sharding.from_host(chunk, sharding.replicated(mesh))
+                    for chunk in _chunks(rows, rows_per_pass)]
+    key = jax.random.PRNGKey(seed)
+    self._keys = [key if i == 0 else jax.random.fold_in(key, i)
+                  for i in range(len(self._passes))]
     # The jitted pass every evaluation runs (see `answer_pass`).
     self.answer = answer_pass(domain, agent_model, mesh, rules,
                               success_threshold)
     self._samples = samples
     self.sampled_success = (sampled_success_pass(
         domain, agent_model, mesh, rules, samples, temperature,
-        success_threshold, seed) if samples else None)
+        success_threshold) if samples else None)
+
+  def _answers(self, params) -> tuple[np.ndarray, np.ndarray]:
+    """(correct bool[n], response lengths int32[n]) over every pass."""
+    out = jax.device_get([self.answer(params, rows)[:2] for rows in self._passes])
+    return tuple(np.concatenate([np.asarray(o[i]) for o in out])[:self._count]
+                 for i in range(2))
+
+  def _sampled(self, params) -> np.ndarray:
+    """f32[n]: the sampled success rate of each task over every pass."""
+    out = jax.device_get([self.sampled_success(params, rows, key)
+                          for rows, key in zip(self._passes, self._keys)])
+    return np.concatenate([np.asarray(o) for o in out])[:self._count]
 
   def correct(self, params) -> np.ndarray:
     """bool[n]: which held-out tasks the agent answers right."""
-    return np.asarray(jax.device_get(self.answer(params, self._rows)[0]))
+    return self._answers(params)[0]
 
   def __call__(self, params, baseline: Answers | None = None
                ) -> dict[str, float]:
@@ -223,14 +255,12 @@ class HeldoutEval:
     eval/frontier_fixed, eval/frontier_broken, eval/frontier_sign_test_p
     (one-sided: more fixed than broken) and eval/frontier_sampled_gain
     {,_se,_t,_p,_low,_high}."""
-    correct, lengths = jax.device_get(self.answer(params, self._rows))
-    correct = np.asarray(correct)
+    correct, lengths = self._answers(params)
     metrics = {"eval/accuracy": float(np.mean(correct, dtype=np.float32)),
                "eval/response_len": float(np.mean(lengths, dtype=np.float32))}
     sampled = None
     if self._samples:
-      sampled = np.asarray(jax.device_get(
-          self.sampled_success(params, self._rows)))
+      sampled = self._sampled(params)
       metrics["eval/sampled_success"] = float(np.mean(sampled))
     if baseline is not None and baseline.correct.shape != correct.shape:
       raise ValueError(

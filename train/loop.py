@@ -132,7 +132,8 @@ def _prepare(config, workdir: str, chief: bool) -> _Run:
       domain, players.agent_model, test["task"], test["difficulty"], mesh,
       rules, config.curriculum.success_threshold,
       samples=config.eval.get("samples", 0),
-      temperature=config.coevolve.agent_temperature, seed=config.seed)
+      temperature=config.coevolve.agent_temperature, seed=config.seed,
+      rows_per_pass=config.eval.get("rows_per_pass", 0))
   ckpt = checkpointing.Checkpoints(path / "checkpoints",
                                    config.max_checkpoints, (0,), chief)
   for step, why in ckpt.skipped:

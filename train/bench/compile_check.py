@@ -16,7 +16,8 @@ Programs, as the run compiles them:
   coevolve_step: the co-evolution step as train/loop.py jits it, lowered a
     second time with its own output's layout (what step 2 is given) to check
     that it compiles once;
-  heldout: greedy held-out decoding (train/heldout.py) of --heldout_rows rows;
+  heldout: greedy held-out decoding (train/heldout.py) of --heldout_rows rows
+    (one pass of at most config.eval.rows_per_pass rows, when that is set);
   eval_generate: the benchmarks' greedy decoding (`python -m
     train.tools.evaluate ... --generate --run WORKDIR` on the run's mesh,
     train/tools/agent_generate.py's `decoder`) of one batch of
@@ -342,8 +343,12 @@ def programs(setup: Setup, heldout_rows: int,
     answer = heldout.answer_pass(domain, players.agent_model, setup.mesh,
                                  setup.rules,
                                  config.curriculum.success_threshold)
-    held_rows = jax.ShapeDtypeStruct((heldout_rows, domain.task_len),
-                                     jnp.int32, sharding=setup.replicated)
+    # One pass: the run answers its held-out tasks config.eval.rows_per_pass
+    # at a time when that is set (train/heldout.py).
+    per_pass = config.eval.get("rows_per_pass", 0)
+    held_rows = jax.ShapeDtypeStruct(
+        (min(heldout_rows, per_pass) if per_pass else heldout_rows,
+         domain.task_len), jnp.int32, sharding=setup.replicated)
     out.append(setup.compile("heldout", answer, setup.params["agent"],
                              held_rows))
   if "eval_generate" in only:

@@ -61,7 +61,8 @@ ADDED_FIELDS = {"task.pad_operands": False,
                 "grpo.pg_normalizer": "all",
                 "simulator_update.pg_normalize_std": True,
                 "simulator_update.pg_normalizer": "all",
-                "warmstart.simulator_lessons": "drawn"}
+                "warmstart.simulator_lessons": "drawn",
+                "eval.rows_per_pass": 0}
 
 
 def _resumable(field: str) -> bool:
