@@ -21,6 +21,12 @@ Variants (`--config=configs/qwen_tpu.py:VARIANT`):
         "full". Its coevolve_step compiled for v4-64 peaks at 19.5 GiB per
         chip (docs/tpu_pods.md; compile_check with --programs=coevolve_step:
         the held-out program and the phase models are single-answer ones).
+  7b_alfworld  the 7b players on ALFWorld games (configs/alfworld.py), an
+        episodic domain: ALFWorld's prompt of up to 768 tokens, then up to 30
+        commands of 24 tokens with observations of 128 between them (5,328
+        tokens a row); the batches, minibatches, log-prob chunks and remat of
+        7b_bfcl_multi_turn. Needs requirements-alfworld.txt on every worker
+        (launch/tpu_pod.sh installs it for this preset).
 
 launch/tpu_pod.sh starts it on every worker of a pod slice and fills in the
 paths of this command:
@@ -79,6 +85,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from configs import alfworld
 from configs import text
 
 # Per size: the model preset and its (padded) vocabulary, mesh, remat policy,
@@ -106,11 +113,13 @@ SIZES = {
 }
 DEFAULT_SIZE = "7b"
 DECODE_WINDOWS = 16
-EPISODIC = "_bfcl_multi_turn"
+# The episodic domains the 7b players run on, by variant suffix.
+EPISODIC = ("_bfcl_multi_turn", "_alfworld")
 EPISODIC_MINIBATCHES = 20
 EPISODIC_LOGPROB_CHUNK = 32
 EPISODIC_REMAT = "full"
-VARIANTS = tuple(SIZES) + ("cpu", DEFAULT_SIZE + EPISODIC)
+EPISODIC_HELDOUT_ROWS = 64
+VARIANTS = tuple(SIZES) + ("cpu",) + tuple(DEFAULT_SIZE + e for e in EPISODIC)
 
 # The cpu variant's players: the Qwen2.5 layout (GQA, qkv bias, tied
 # embeddings) at widths a CPU runs; the vocabulary is the tokenizer's.
@@ -119,16 +128,19 @@ CPU_SHAPES = dict(hidden_size=64, intermediate_size=128, num_layers=2,
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  """arg: "0.5b", "1.5b", "7b" (also None or "") or "cpu"."""
+  """arg: one of VARIANTS (module doc); None or "" is "7b"."""
   variant = arg or DEFAULT_SIZE
   if variant not in VARIANTS:
     raise ValueError(f"configs/qwen_tpu.py: unknown variant {arg!r}; expected "
                      f"one of {VARIANTS}.")
   on_cpu = variant == "cpu"
-  episodic = variant.endswith(EPISODIC)
-  size = SIZES[DEFAULT_SIZE if on_cpu else variant.removesuffix(EPISODIC)]
-  c = text.get_config("cpu" if on_cpu else
-                      "bfcl_multi_turn" if episodic else None)
+  episodic = next((e for e in EPISODIC if variant.endswith(e)), "")
+  size = SIZES[DEFAULT_SIZE if on_cpu else size_of(variant)]
+  if episodic == "_alfworld":
+    c = alfworld.get_config()
+  else:
+    c = text.get_config("cpu" if on_cpu else
+                        "bfcl_multi_turn" if episodic else None)
   c.mesh = ml_collections.ConfigDict(size["mesh"])
   c.coevolve.logprob_chunk_size = size["logprob_chunk_size"]
   c.coevolve.decode_windows = DECODE_WINDOWS
@@ -141,7 +153,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if on_cpu:
     _shrink_to_cpu(c)
   elif episodic:
-    _episodic(c)
+    _episodic(c, bfcl=episodic == "_bfcl_multi_turn")
   else:
     c.coevolve.update(num_seeds=16, variations=4, attempts=8,
                       agent_minibatches=size["agent_minibatches"])
@@ -152,24 +164,36 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   return c
 
 
-def _episodic(c: ml_collections.ConfigDict) -> None:
-  """BFCL multi-turn episodes at TPU sizes (module doc)."""
-  c.task.update(max_prompt_tokens=6144, max_written_tokens=1536,
-                max_simulator_tokens=2048, max_turns=4, max_action_tokens=256,
-                max_observation_tokens=384)
-  # Rows of 8,320 tokens: 16-row minibatches, 32-position log-prob chunks and
-  # remat "full" keep the step within a v4 chip (docs/tpu_pods.md).
+def size_of(variant: str) -> str:
+  """The model size of a TPU variant ("7b_alfworld" -> "7b")."""
+  for suffix in EPISODIC:
+    variant = variant.removesuffix(suffix)
+  return variant
+
+
+def _episodic(c: ml_collections.ConfigDict, bfcl: bool) -> None:
+  """Episodes at TPU sizes (module doc): BFCL multi-turn's widths when `bfcl`,
+  else the domain's own (ALFWorld's)."""
+  if bfcl:
+    c.task.update(max_prompt_tokens=6144, max_written_tokens=1536,
+                  max_simulator_tokens=2048, max_turns=4, max_action_tokens=256,
+                  max_observation_tokens=384)
+    # 4 steps hold 2 turns of one call step and one closing step each: seeds
+    # keep their first 2 turns (150 train / 20 held-out entries fit,
+    # docs/tpu_pods.md).
+    c.data.max_seed_turns = 2
+  # Rows of up to 8,320 tokens: 16-row minibatches, 32-position log-prob chunks
+  # and remat "full" keep the step within a v4 chip (docs/tpu_pods.md).
   c.coevolve.update(num_seeds=8, variations=4, attempts=8,
                     agent_minibatches=EPISODIC_MINIBATCHES,
                     logprob_chunk_size=EPISODIC_LOGPROB_CHUNK)
   c.pool.replay_tasks = 8
   for player in (c.agent, c.simulator):
     player.model_overrides.remat_policy = EPISODIC_REMAT
-  # 4 steps hold 2 turns of one call step and one closing step each: seeds keep
-  # their first 2 turns (150 train / 20 held-out entries fit, docs/tpu_pods.md).
-  c.data.max_seed_turns = 2
-  for player in (c.agent, c.simulator):
     player.model_overrides.attention = "splash"
+  # Held-out episodes EPISODIC_HELDOUT_ROWS at a time: 512 of BFCL's rows in
+  # one pass would need 100.7 GiB a v4 chip (train/heldout.py).
+  c.eval.rows_per_pass = EPISODIC_HELDOUT_ROWS
 
 
 def _shrink_to_cpu(c: ml_collections.ConfigDict) -> None:

@@ -276,6 +276,12 @@ fi
 #    jax[tpu] pins for requirements.txt's jax; requirements-nodeps.txt: the
 #    packages installed without their dependencies, BFCL's APIs) in a venv.
 on_all_workers "set -e; command -v python3.11 >/dev/null || { sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3.11 python3.11-venv; }; [ -x $REMOTE_VENV/bin/python ] || python3.11 -m venv $REMOTE_VENV; $REMOTE_VENV/bin/pip install -q --upgrade pip; $REMOTE_VENV/bin/pip install -q -r $REMOTE_REPO/requirements.txt -r $REMOTE_REPO/requirements-tpu.txt; $REMOTE_VENV/bin/pip install -q --no-deps -r $REMOTE_REPO/requirements-nodeps.txt"
+# A config that plays ALFWorld (configs/alfworld.py, configs/qwen_tpu.py:7b_alfworld)
+# also needs requirements-alfworld.txt, without dependencies; its planner and jericho
+# build from source (a C++ compiler, cmake).
+if [[ "$config" == *alfworld* ]]; then
+  on_all_workers "set -e; command -v cmake >/dev/null && command -v g++ >/dev/null || { sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential cmake; }; $REMOTE_VENV/bin/pip install -q --no-deps -r $REMOTE_REPO/requirements-alfworld.txt"
+fi
 
 # 5. The players' checkpoint and the seed tasks, local to each worker. Each
 #    worker builds its own tensorflow-datasets copy of the seeds.

@@ -24,7 +24,8 @@ SHIPPED = (
     # qwen_tpu.py's sizes on the chip counts its docstring names.
     + [(f"qwen_tpu.py:{size} on {chips}", lambda s=size: qwen_tpu.get_config(s), chips)
        for size, counts in (("7b", (32, 64)), ("1.5b", (8, 16, 64)),
-                            ("0.5b", (4, 8, 32)))
+                            ("0.5b", (4, 8, 32)), ("7b_bfcl_multi_turn", (32, 64)),
+                            ("7b_alfworld", (32, 64)))
        for chips in counts])
 
 
@@ -49,6 +50,8 @@ def _set(config, field, value):
     ("curriculum.band", -0.1, r"config\.curriculum\.band=-0\.1: .*>= 0"),
     ("curriculum.beta", -1.0, r"config\.curriculum\.beta"),
     ("curriculum.reward", "alfa", r"config\.curriculum\.reward='alfa'.*'alpha'"),
+    ("eval.rows_per_pass", -1, r"config\.eval\.rows_per_pass=-1: expected an "
+     "integer >= 0"),
     ("coevolve.attempts", 0, r"config\.coevolve\.attempts=0: expected an integer "
      ">= 1"),
     ("coevolve.num_seeds", 0, r"config\.coevolve\.num_seeds=0"),

@@ -256,6 +256,39 @@ def test_the_documented_launch_sends_its_commands(tmp_path, accelerator,
     assert flag in start, flag
 
 
+def _alfworld_launch() -> list[str]:
+  """docs/tpu_pods.md's ALFWorld launch command, as its words."""
+  doc = (ROOT / "docs" / "tpu_pods.md").read_text()
+  block = next(b.split("```", 1)[0] for b in doc.split("```bash\n")[1:]
+               if "7b_alfworld" in b.split("```", 1)[0])
+  words = shlex.split(block.replace("\\\n", " "))
+  assert words[0] == "launch/tpu_pod.sh"
+  return [w.replace("BUCKET", "bucket") for w in words[1:]]
+
+
+def test_the_alfworld_launch_installs_alfworld_on_the_workers(tmp_path):
+  """docs/tpu_pods.md's ALFWorld command, gcloud and the preflight stubbed:
+  the workers install requirements-alfworld.txt (with the tools its planner
+  builds with) after the requirements every preset installs; the default
+  preset's launch does not."""
+  out, python_calls, gcloud_calls = _stubbed_launch(tmp_path, _alfworld_launch())
+  assert out.returncode == 0, out.stderr
+  check = python_calls[-1]
+  assert check[:3] == ["-m", "train.bench.compile_check",
+                       "--config=configs/qwen_tpu.py:7b_alfworld"]
+  ssh = [c[-1] for c in gcloud_calls if c[3] == "ssh"]
+  base = next(i for i, c in enumerate(ssh) if "requirements-tpu.txt" in c)
+  assert "build-essential cmake" in ssh[base + 1]
+  assert ("--no-deps -r $HOME/genenv-jax/requirements-alfworld.txt"
+          in ssh[base + 1])
+  assert "--config=configs/qwen_tpu.py:7b_alfworld" in ssh[-1]
+  default_dir = tmp_path / "default"
+  default_dir.mkdir()
+  out, _, gcloud_calls = _stubbed_launch(default_dir, _documented_launch())
+  assert out.returncode == 0, out.stderr
+  assert not any("requirements-alfworld" in c[-1] for c in gcloud_calls)
+
+
 def test_the_bfcl_preset_imports_what_the_workers_install():
   """The multi-turn preset's domain imports bfcl_eval (and its APIs mpmath):
   requirements-nodeps.txt and requirements.txt, which every launcher
@@ -353,11 +386,12 @@ def _fields(config: ModelConfig) -> dict:
   return {k: v for k, v in vars(config).items() if k not in COMPUTE_FIELDS}
 
 
-@pytest.mark.parametrize("size", ["0.5b", "1.5b", "7b", "7b_bfcl_multi_turn"])
+@pytest.mark.parametrize("size", ["0.5b", "1.5b", "7b", "7b_bfcl_multi_turn",
+                                  "7b_alfworld"])
 def test_tpu_variants_have_the_preset_shapes_and_fitting_meshes(size):
   config = qwen_tpu.get_config(size)
   players = build.build_players(config, types.SimpleNamespace(vocab_size=1000))
-  preset = get_preset(f"qwen2.5-{size.removesuffix(qwen_tpu.EPISODIC)}")
+  preset = get_preset(f"qwen2.5-{qwen_tpu.size_of(size)}")
   for model in (players.agent_model, players.simulator_model):
     assert _fields(model) == _fields(preset)
     assert (model.dtype, model.param_dtype) == ("bfloat16", "float32")
