@@ -25,8 +25,9 @@ Variants (`--config=configs/qwen_tpu.py:VARIANT`):
         episodic domain: ALFWorld's prompt of up to 768 tokens, then up to 30
         commands of 24 tokens with observations of 128 between them (5,328
         tokens a row); the batches, minibatches, log-prob chunks and remat of
-        7b_bfcl_multi_turn. Needs requirements-alfworld.txt on every worker
-        (launch/tpu_pod.sh installs it for this preset).
+        7b_bfcl_multi_turn. Its coevolve_step compiled for v4-64 peaks at
+        15.7 GiB per chip (docs/tpu_pods.md). Needs requirements-alfworld.txt
+        on every worker (launch/tpu_pod.sh installs it for this preset).
 
 launch/tpu_pod.sh starts it on every worker of a pod slice and fills in the
 paths of this command:
