@@ -96,9 +96,8 @@ def _resident_bytes() -> int:
 @pytest.fixture(scope="module", autouse=True)
 def release_compiled_programs():
   """After a test file, a worker holding more than RELEASE_ABOVE_BYTES drops
-  its compiled programs (the session's compilation cache on disk keeps those
-  that took a second or more to compile): a worker running many files would
-  otherwise keep every one's, and the suite's real-model run needs the room.
+  its compiled programs (the session's compilation cache on disk keeps them):
+  a worker running many files would otherwise keep every one's, and the suite's real-model run needs the room.
   Below it, programs stay for the next files to reuse."""
   yield
   if _resident_bytes() > RELEASE_ABOVE_BYTES:
