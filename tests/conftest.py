@@ -30,16 +30,16 @@ import jax  # pylint: disable=g-import-not-at-top
 # when it exits, the last to do so); its xdist workers inherit the variable,
 # so a program one worker compiled is a cache hit in the other. A size limit
 # makes JAX lock the directory around each read and write, so that one worker
-# never reads an entry the other is still writing. Every program is kept, however
-# fast it compiled: test_faults.py and test_preemption.py took 116 s with that,
-# 130 s keeping only those that took a second or more.
+# never reads an entry the other is still writing. Only programs that took a
+# second or more to compile are kept: keeping all of them took that lock so
+# often that the workers waited on each other (docs/testing.md).
 _CACHE_ENV = "GENENV_JAX_TEST_XLA_CACHE"
 if _CACHE_ENV not in os.environ:
   os.environ[_CACHE_ENV] = tempfile.mkdtemp(prefix="genenv_jax_test_xla_cache_")
   atexit.register(shutil.rmtree, os.environ[_CACHE_ENV], ignore_errors=True)
 jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_ENV])
 jax.config.update("jax_compilation_cache_max_size", 16 * 2**30)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -56,13 +56,15 @@ def pytest_configure(config):
 # The test files that take longest (their module fixtures make whole runs),
 # longest first, from `./launch/test.sh --durations=0` (docs/testing.md). They
 # are collected first, so that pytest-xdist, which hands out files in collection
-# order, starts them early and the two workers finish together.
+# order, starts them early and the workers finish together.
 LONGEST_FIRST = (
-    "test_coevolve.py", "test_faults.py", "test_train.py",
-    "test_bfcl_multi_turn_run.py", "test_multiprocess.py", "test_alfworld.py",
-    "test_sampling.py", "test_table1_generate.py", "test_preemption.py",
-    "test_gcs_workdir.py", "test_compile_check.py", "test_text_e2e.py",
-    "test_episodes.py", "test_real_model_run.py", "test_two_process_faults.py",
+    "test_multiprocess.py", "test_bfcl_multi_turn_run.py",
+    "test_api_bank_training.py", "test_alfworld.py", "test_maze_run.py",
+    "test_train.py", "test_coevolve.py", "test_real_model_run.py",
+    "test_gcs_workdir.py", "test_faults.py", "test_seed.py", "test_preemption.py",
+    "test_compile_check.py", "test_text_e2e.py", "test_episodes.py",
+    "test_arms.py", "test_scripted.py", "test_two_process_faults.py",
+    "test_evaluate_sharded.py",
 )
 
 
@@ -96,8 +98,9 @@ def _resident_bytes() -> int:
 @pytest.fixture(scope="module", autouse=True)
 def release_compiled_programs():
   """After a test file, a worker holding more than RELEASE_ABOVE_BYTES drops
-  its compiled programs (the session's compilation cache on disk keeps them):
-  a worker running many files would otherwise keep every one's, and the suite's real-model run needs the room.
+  its compiled programs (the session's compilation cache on disk keeps those
+  that took a second or more to compile): a worker running many files would
+  otherwise keep every one's, and the suite's real-model run needs the room.
   Below it, programs stay for the next files to reuse."""
   yield
   if _resident_bytes() > RELEASE_ABOVE_BYTES:
