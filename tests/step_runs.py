@@ -6,6 +6,21 @@ import transformers
 from genenv_jax import coevolve
 from genenv_jax import step_metrics
 from genenv_jax import sharding
+from train import build
+
+
+def start(config, domain, rows, difficulty):
+  """(players, state, shardings, mesh) of a run of `config` from the seed rows
+  int32[n, task_len] of levels int32[n], on a data-only mesh of every device:
+  both players as train.main starts them (build.init_both_players: random from
+  config.seed, or their HF directories)."""
+  players = build.build_players(config, domain)
+  mesh = sharding.make_mesh({"data": -1, "fsdp": 1, "tensor": 1})
+  agent, simulator = build.init_both_players(config, players, mesh,
+                                             sharding.DEFAULT_RULES)
+  state, shardings = build.create_state(config, domain, players, agent, simulator,
+                                        rows, difficulty, mesh)
+  return players, state, shardings, mesh
 
 
 def run_steps(config, domain, players, state, shardings, mesh, num_steps,

@@ -12,12 +12,10 @@ import numpy as np
 import pytest
 
 from configs import alfworld as alfworld_config
-from genenv_jax import sharding
 from genenv_jax.domains import get_domain
 from genenv_jax.domains.alfworld import data
 from genenv_jax.domains.alfworld import game
 from tests import step_runs
-from train import build
 
 HEAT = ("layout: FloorPlan1; task: pick_heat_then_place apple -> countertop; "
         "start: apple in fridge 1, bread in countertop 2")
@@ -240,16 +238,9 @@ def smoke(qwen_tokenizer_dir, tmp_path_factory):
     data.alfworld_splits = real
   splits = {"train": cached["train"], "test": cached["test"], "returned": seeds,
             "again": again}
-  players = build.build_players(config, domain)
-  mesh = sharding.make_mesh({"data": -1, "fsdp": 1, "tensor": 1})
-  agent_key, simulator_key = jax.random.split(jax.random.PRNGKey(config.seed))
-  agent = build.init_player_params(players.agent_model, agent_key, mesh,
-                                  sharding.DEFAULT_RULES)
-  simulator = build.init_player_params(players.simulator_model, simulator_key, mesh,
-                                      sharding.DEFAULT_RULES)
   train = splits["train"]
-  state, shardings = build.create_state(config, domain, players, agent, simulator,
-                                       train["task"], train["difficulty"], mesh)
+  players, state, shardings, mesh = step_runs.start(config, domain, train["task"],
+                                                    train["difficulty"])
   state, history, traces = step_runs.run_steps(config, domain, players, state,
                                                shardings, mesh, 2)
   return dict(config=config, domain=domain, splits=splits, history=history,

@@ -8,12 +8,10 @@ from __future__ import annotations
 import json
 import math
 
-import jax
 import pytest
 import transformers
 
 from configs import text as text_config
-from genenv_jax import sharding
 from genenv_jax.domains import get_domain
 from genenv_jax.domains.text import data as text_datasets
 from genenv_jax.domains.text import verifiers as text_verifiers
@@ -22,7 +20,6 @@ from genenv_jax.scoring import InputError, apibank, apibank_levels
 from tests import step_runs
 from train import build
 
-RULES = sharding.DEFAULT_RULES
 REFUSAL = "I cannot help."
 
 GOLD = ("API-Request: [BookTable(restaurant='Golden Wok', time='2023-05-12 20:00:00', "
@@ -172,15 +169,8 @@ def smoke(tmp_path_factory, qwen_tokenizer_dir):
       root / "agent", domain.tokenizer, build.build_players(config, domain).agent_model,
       [seed.answer, REFUSAL])
   config.agent.model_overrides = {"dtype": "float32"}  # the rest from its HF directory
-  players = build.build_players(config, domain)
-  mesh = sharding.make_mesh({"data": -1, "fsdp": 1, "tensor": 1})
-  agent_key, simulator_key = jax.random.split(jax.random.PRNGKey(config.seed))
-  agent = build.init_player_params(players.agent_model, agent_key, mesh, RULES,
-                                  config.agent.hf_dir)
-  simulator = build.init_player_params(players.simulator_model, simulator_key, mesh,
-                                      RULES)
-  state, shardings = build.create_state(config, domain, players, agent, simulator,
-                                       rows.rows, rows.difficulty, mesh)
+  players, state, shardings, mesh = step_runs.start(config, domain, rows.rows,
+                                                    rows.difficulty)
   state, history, traces = step_runs.run_steps(config, domain, players, state,
                                                shardings, mesh, 2)
   return dict(config=config, seed=seed, state=state, history=history, traces=traces)

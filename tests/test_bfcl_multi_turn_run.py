@@ -19,13 +19,11 @@ import numpy as np
 import pytest
 
 from configs import text as text_config
-from genenv_jax import sharding
 from genenv_jax.domains import get_domain
 from genenv_jax.domains.bfcl_multi_turn import data as data
 from tests import step_runs
 from train import build
 
-RULES = sharding.DEFAULT_RULES
 
 
 def _params(tree):
@@ -52,15 +50,7 @@ def run(tmp_path_factory, qwen_tokenizer_dir):
   # Its architecture now comes from its HF directory.
   config.agent.model_overrides = {"dtype": "float32"}
 
-  players = build.build_players(config, domain)
-  mesh = sharding.make_mesh({"data": -1, "fsdp": 1, "tensor": 1})
-  agent_key, simulator_key = jax.random.split(jax.random.PRNGKey(config.seed))
-  agent = build.init_player_params(players.agent_model, agent_key, mesh, RULES,
-                                  config.agent.hf_dir)
-  simulator = build.init_player_params(players.simulator_model, simulator_key, mesh,
-                                      RULES)
-  state, shardings = build.create_state(config, domain, players, agent, simulator,
-                                       rows, difficulty, mesh)
+  players, state, shardings, mesh = step_runs.start(config, domain, rows, difficulty)
   before = (_params(state.agent.params), _params(state.simulator.params))
   state, history, traces = step_runs.run_steps(config, domain, players, state,
                                                shardings, mesh, 2)

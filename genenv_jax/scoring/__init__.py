@@ -13,7 +13,7 @@ scorers share: the per-example `Verdict`, `InputError` for malformed inputs, and
 from __future__ import annotations
 
 import json
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 CORRECT = "correct"
 INCORRECT = "incorrect"
@@ -79,3 +79,17 @@ def read_jsonl_lines(path: str) -> list[tuple[int, dict[str, Any]]]:
                        f"{type(record).__name__}")
     records.append((number, record))
   return records
+
+
+def write_jsonl(path: str, records: Sequence[dict[str, Any]]) -> None:
+  """Writes `records` to `path` as JSON lines, one object per line.
+
+  Raises:
+    InputError: the file cannot be written.
+  """
+  try:
+    with open(path, "w", encoding="utf-8") as f:
+      for record in records:
+        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+  except OSError as e:
+    raise InputError(f"cannot write {path}: {e}") from e

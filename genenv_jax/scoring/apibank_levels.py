@@ -186,17 +186,23 @@ def _gold_call(text: Any, where: str) -> apibank.ApiCall:
     raise InputError(f"{where}: 'expected_output' is not an API request ({e})") from e
 
 
+def _check_strings(record: Any, where: str, fields: Sequence[str]) -> None:
+  """Raises InputError naming `where` unless `record` is a JSON object whose
+  `fields` are strings."""
+  if not isinstance(record, dict):
+    raise InputError(f"{where}: not a JSON object")
+  for field in fields:
+    if not isinstance(record.get(field), str):
+      raise InputError(f"{where}: field {field!r} is not a string")
+
+
 def _dialogue_records(path: str, level: int) -> list[tuple[str, str, dict]]:
   """(item id, where, record) of a level-1/2 test file's records, their fields
   checked but `expected_output`'s call not read."""
   records, seen = [], set()
   for index, record in enumerate(_read_json_list(path)):
     where = f"{path}: record {index}"
-    if not isinstance(record, dict):
-      raise InputError(f"{where}: not a JSON object")
-    for field in ("file", "instruction", "input"):
-      if not isinstance(record.get(field), str):
-        raise InputError(f"{where}: field {field!r} is not a string")
+    _check_strings(record, where, ("file", "instruction", "input"))
     if not isinstance(record.get("id"), int) or isinstance(record.get("id"), bool):
       raise InputError(f"{where}: field 'id' is not an integer")
     item_id = f"level-{level}/{record['file']}/{record['id']}"
@@ -236,11 +242,7 @@ def _load_training(path: str, level: int) -> list[Example]:
   examples = []
   for index, record in enumerate(_read_json_list(path)):
     where = f"{path}: record {index}"
-    if not isinstance(record, dict):
-      raise InputError(f"{where}: not a JSON object")
-    for field in ("instruction", "input", "output"):
-      if not isinstance(record.get(field), str):
-        raise InputError(f"{where}: field {field!r} is not a string")
+    _check_strings(record, where, ("instruction", "input", "output"))
     examples.append(Example(f"level-{level}-train/{index}", record["instruction"].strip(),
                             record["input"], record["output"].strip()))
   return examples

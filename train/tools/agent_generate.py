@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 from typing import Any, Sequence
 
@@ -45,7 +44,7 @@ from genenv_jax import coevolve
 from genenv_jax import sharding
 from genenv_jax.domains import TextDomain, get_domain
 from genenv_jax.sampling import SamplingConfig, sample
-from genenv_jax.scoring import InputError
+from genenv_jax.scoring import InputError, write_jsonl
 from models import hf
 from models.config import ModelConfig
 from train import build
@@ -180,14 +179,8 @@ def write_records(path: str, records: Sequence[dict[str, Any]]) -> None:
   Raises:
     InputError: the file cannot be written.
   """
-  if not chief():
-    return
-  try:
-    with open(path, "w", encoding="utf-8") as f:
-      for record in records:
-        f.write(json.dumps(record, ensure_ascii=False) + "\n")
-  except OSError as e:
-    raise InputError(f"cannot write predictions to {path}: {e}") from e
+  if chief():
+    write_jsonl(path, records)
 
 
 def prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:

@@ -563,14 +563,8 @@ def _select(games: Sequence[Game], args) -> list[Game]:
 def run(args, report: Callable, verdict_row: Callable) -> None:
   """The command (module docstring); `report` and `verdict_row` are
   train/tools/evaluate.py's `_report` and `_verdict_row`."""
-  if args.write_fixture:
-    for path in write_fixture(args.write_fixture):
-      print(f"wrote={path}")
+  if table1.wrote_fixture(args, write_fixture):
     return
-  if not args.predictions:
-    raise InputError("--predictions is required (unless --write_fixture)")
-  if (args.run_dir or args.hf_dir) and not args.generate:
-    raise InputError("--run and --hf_dir need --generate")
   if args.data_dir and args.download:
     raise InputError("alfworld: give at most one of --data_dir and --download")
   config = alfworld_config()

@@ -75,13 +75,12 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import sys
 from typing import Any, Callable
 
 from genenv_jax.scoring import INVALID, InputError, Verdict, apibank, bfcl, qa
 from genenv_jax.scoring import bfcl_multi_turn
-from genenv_jax.scoring import read_jsonl
+from genenv_jax.scoring import read_jsonl, write_jsonl
 from train.tools import alfworld_eval
 from train.tools import table1
 
@@ -124,21 +123,12 @@ def read_predictions(path: str, ids: list[Any], source: str,
   return texts
 
 
-def _write_verdicts(path: str, rows: list[dict[str, Any]]) -> None:
-  try:
-    with open(path, "w", encoding="utf-8") as f:
-      for row in rows:
-        f.write(json.dumps(row, ensure_ascii=False) + "\n")
-  except OSError as e:
-    raise InputError(f"cannot write verdicts to {path}: {e}") from e
-
-
 def _verdict_row(entry_id: Any, verdict: Verdict) -> dict[str, Any]:
   return {"id": entry_id, "correct": verdict.correct, "verdict": str(verdict)}
 
 
 def _report(args, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-  _write_verdicts(args.predictions + ".verdicts.jsonl", rows)
+  write_jsonl(args.predictions + ".verdicts.jsonl", rows)
   correct = sum(row["correct"] for row in rows)
   for key, value in {**summary, "examples": len(rows), "correct": correct}.items():
     print(f"{key}={value}")

@@ -202,17 +202,30 @@ def _chief() -> bool:
   return agent_generate.chief()
 
 
-def run(args, bench: Benchmark, read_predictions, report) -> None:
-  """The command (module docstring); `read_predictions` and `report` are
-  train/tools/evaluate.py's."""
+def wrote_fixture(args, write_fixture: Callable[[str], list[str]]) -> bool:
+  """What a generating benchmark command does first: with --write_fixture, it
+  writes the fixture there (`write_fixture(DIR)` -> its paths), prints them
+  and is done (True); otherwise it checks --predictions and --generate's flags.
+
+  Raises:
+    InputError: no --predictions, or --run / --hf_dir without --generate.
+  """
   if args.write_fixture:
-    for path in bench.write_fixture(args.write_fixture):
+    for path in write_fixture(args.write_fixture):
       print(f"wrote={path}")
-    return
+    return True
   if not args.predictions:
     raise InputError("--predictions is required (unless --write_fixture)")
   if (args.run_dir or args.hf_dir) and not args.generate:
     raise InputError("--run and --hf_dir need --generate")
+  return False
+
+
+def run(args, bench: Benchmark, read_predictions, report) -> None:
+  """The command (module docstring); `read_predictions` and `report` are
+  train/tools/evaluate.py's."""
+  if wrote_fixture(args, bench.write_fixture):
+    return
   items, context = bench.load(args, data_dir(args, bench))
   some = False
   if args.generate:
