@@ -355,6 +355,26 @@ def test_frontier_auc_is_the_time_average_of_the_frontier_curve(replicated):
   assert cells[6] == "0.250 ± 0.000"  # informative tasks, the same per run
 
 
+def test_fixed_frontier_levels_replace_the_step0_choice(replicated, tmp_path):
+  # d3 starts at 0.01 (left out when chosen at step 0); fixed in advance,
+  # the AUC averages d2's curve with d3's flat 0.01.
+  runs, _ = report.load_runs(replicated[0])
+  with open(report.write_report(replicated[0], str(tmp_path), "cmd",
+                                fixed_frontier=[2, 3])) as f:
+    text = f.read()
+  assert "Frontier levels (fixed in advance by the design): d2, d3." in text
+  genenv = [r for r in runs if r.arm == "genenv"]
+  cells = _row(text, "genenv [hard]", 0.5, "| arm | α | n | replicates")
+  assert cells[4] == report.format_interval(
+      [report.frontier_auc(r, [2, 3]) for r in genenv], signed=False)
+  assert report.frontier_auc(genenv[0], [2, 3]) == pytest.approx(
+      (report.frontier_auc(genenv[0], [2]) + 0.01) / 2)
+  with pytest.raises(ValueError, match=r"level\(s\) \[4\] have no "
+                     r"eval/sampled_success_d<level>"):
+    report.write_report(replicated[0], str(tmp_path), "cmd",
+                        fixed_frontier=[2, 4])
+
+
 def test_contrasts_pair_replicates(replicated):
   # Paired by (seed, rl_seed), the replicate's phase cancels: genenv minus
   # frozen_env is 1.25·(0.08 + 0.01·(2·seed + rl_seed)) for each replicate.

@@ -351,6 +351,14 @@ def test_preregistered_sweep_pairs_replicates_across_arms():
   assert [r.name for r in pilot] == ["uniform_a0.5_s0_hard"]
   assert pilot[0].config.to_dict() == next(
       r for r in runs if r.name == "uniform_a0.5_s0_hard").config.to_dict()
+  # The amendment: the same runs, paired the same way, at 600 steps.
+  amended = _without_warmstarts(
+      sweep.expand(preregistered.get_config("amended"), "/s"))
+  assert sorted(r.name for r in amended) == sorted(r.name for r in runs)
+  for run in amended:
+    registered = next(r for r in runs if r.name == run.name).config
+    registered.coevolve.num_steps = 600
+    assert run.config.to_dict() == registered.to_dict()
   maze = _without_warmstarts(
       sweep.expand(preregistered.get_config("maze"), "/m"))
   assert len(maze) == 30

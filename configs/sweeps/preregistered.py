@@ -18,6 +18,14 @@ pilot in docs/experiment.md: faster settings lose held-out accuracy, and
 design's uniform run of replicate 0 alone (the headroom check); in the same
 sweep directory the sweep reuses it and its warm-starts.
 
+`configs/sweeps/preregistered.py:amended` is the amendment the registered
+rule called for after the first sweep's "no power" (docs/experiment.md,
+"Amendments"): the same 30 runs for 600 steps (240,000 rollouts each), read
+with the frontier levels fixed in advance as d2-d4:
+
+  python launch/sweep.py --sweep=configs/sweeps/preregistered.py:amended --sweep_dir=runs/preregistered_600 --parallel=2
+  python -m train.tools.sweep_report --sweep_dir=runs/preregistered_600 --out=docs/results --frontier_levels=2,3,4
+
 `configs/sweeps/preregistered.py:maze` is the same design on configs/maze.py
 (its own players, warm-start and held-out mazes; its sizes stay its own).
 """
@@ -44,6 +52,8 @@ OVERRIDES = {
     "warmstart": {"agent_steps": 1200},
     "pool": {"replay_selection": "uniform"},
 }
+AMENDED_STEPS = 600  # the amendment's budget: 3x the registered 200
+AMENDED_FRONTIER = (2, 3, 4)  # sweep_report --frontier_levels, fixed in advance
 MAZE_OVERRIDES = {
     "eval": {"every_steps": 20, "samples": 4},
     "checkpoint_every": 40,
@@ -61,10 +71,11 @@ def _replicate(rl_seed: int, start: str | None = CONDITION) -> dict:
 
 def get_config(arg: str | None = None):
   """arg: None or "" for the sweep, "pilot" for its uniform run of
-  replicate 0 alone, "maze" for the design on configs/maze.py."""
-  if arg not in (None, "", "pilot", "maze"):
+  replicate 0 alone, "amended" for the sweep at the amended budget, "maze"
+  for the design on configs/maze.py."""
+  if arg not in (None, "", "pilot", "amended", "maze"):
     raise ValueError(f"configs/sweeps/preregistered.py: arg {arg!r}; "
-                     "expected none, 'pilot' or 'maze'.")
+                     "expected none, 'pilot', 'amended' or 'maze'.")
   if arg == "pilot":
     return make_sweep(base_arg="", overrides=OVERRIDES,
                       runs=[("uniform", 0, _replicate(0))],
@@ -74,7 +85,11 @@ def get_config(arg: str | None = None):
             for seed in WARMSTART_SEEDS for rl_seed in RL_SEEDS for arm in ARMS]
     return make_sweep(base_arg="", overrides=MAZE_OVERRIDES, runs=runs,
                       base_config="configs/maze.py", share_warmstart=True)
+  overrides = dict(OVERRIDES)
+  if arg == "amended":
+    overrides["coevolve"] = {**OVERRIDES["coevolve"],
+                             "num_steps": AMENDED_STEPS}
   runs = [(arm, seed, _replicate(rl_seed)) for seed in WARMSTART_SEEDS
           for rl_seed in RL_SEEDS for arm in ARMS]
-  return make_sweep(base_arg="", overrides=OVERRIDES, runs=runs,
+  return make_sweep(base_arg="", overrides=overrides, runs=runs,
                     share_warmstart=True)

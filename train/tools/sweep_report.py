@@ -628,9 +628,13 @@ def plot(groups, out_dir: str) -> list[str]:
   return names
 
 
-def write_report(sweep_dir: str, out_dir: str, command: str) -> str:
+def write_report(sweep_dir: str, out_dir: str, command: str,
+                 fixed_frontier: list[int] | None = None) -> str:
   """Writes out_dir/README.md and its PNGs from the runs in sweep_dir;
-  returns the README's path. Raises ValueError when no run has finished."""
+  returns the README's path. fixed_frontier: the primary statistic's levels
+  when a design fixed them in advance; None reads them from step 0
+  (frontier_levels). Raises ValueError when no run has finished, or when a
+  fixed level was never evaluated."""
   runs, unfinished = load_runs(sweep_dir)
   if not runs:
     raise ValueError(f"--sweep_dir={sweep_dir}: no finished run (a directory "
@@ -668,11 +672,23 @@ def write_report(sweep_dir: str, out_dir: str, command: str) -> str:
               "success: the share of the evaluation's sampled answers per "
               "task that are right, paired per task with the step-0 agent's "
               "(train/heldout.py).", ""] + seeds + [""]
-  frontier = frontier_levels(runs)
+  if fixed_frontier:
+    evaluated = {int(k.rsplit("_d", 1)[1]) for r in runs for rec in r.records
+                 for k in rec if k.startswith(f"{PRIMARY_METRIC}_d")}
+    missing = sorted(set(fixed_frontier) - evaluated)
+    if missing:
+      raise ValueError(f"--frontier_levels: level(s) {missing} have no "
+                       f"{PRIMARY_METRIC}_d<level> in any run of {sweep_dir} "
+                       f"(evaluated: {sorted(evaluated)}).")
+    frontier = list(fixed_frontier)
+    chosen = "fixed in advance by the design"
+  else:
+    frontier = frontier_levels(runs)
+    chosen = ("step-0 held-out sampled success, mean over the runs, in "
+              f"[{FRONTIER_RANGE[0]}, {FRONTIER_RANGE[1]}]")
   if frontier:
     lines += ["## Primary statistic (pre-registered, docs/experiment.md)", "",
-              "Frontier levels (step-0 held-out sampled success, mean over "
-              f"the runs, in [{FRONTIER_RANGE[0]}, {FRONTIER_RANGE[1]}]): "
+              f"Frontier levels ({chosen}): "
               + ", ".join(f"d{d}" for d in frontier) + ". Frontier AUC: the "
               "held-out sampled success averaged over those levels, "
               "integrated over the evaluation steps (trapezoid) and divided "
@@ -734,10 +750,20 @@ def main():
                       help="Directory with one workdir per run.")
   parser.add_argument("--out", default="docs/results",
                       help="Directory for README.md and the PNGs.")
+  parser.add_argument("--frontier_levels", default="",
+                      help="Comma-separated levels of the primary statistic, "
+                      "when the design fixed them in advance (e.g. 2,3,4); "
+                      "empty: the levels whose step-0 success can move.")
   args = parser.parse_args()
+  try:
+    fixed = [int(d) for d in args.frontier_levels.split(",") if d.strip()]
+  except ValueError:
+    parser.error(f"--frontier_levels={args.frontier_levels!r}: expected "
+                 "comma-separated level numbers, e.g. 2,3,4.")
   command = (f"python -m train.tools.sweep_report --sweep_dir={args.sweep_dir} "
-             f"--out={args.out}")
-  print(write_report(args.sweep_dir, args.out, command))
+             f"--out={args.out}"
+             + (f" --frontier_levels={args.frontier_levels}" if fixed else ""))
+  print(write_report(args.sweep_dir, args.out, command, fixed or None))
 
 
 if __name__ == "__main__":
