@@ -19,8 +19,12 @@ which domain it runs.
   alfworld/         ALFWorld games the simulator writes as specs (domain.py;
                     game.py: specs, PDDL problems, the planner, TextWorld games;
                     data.py: seeds and the held-out ALFWorld-synthetic set)
-  host_text.py      the shared base of bfcl_multi_turn and alfworld: tasks the
-                    host reads as text and plays as episodes
+  travelplanner/    TravelPlanner plans (domain.py: variations of its train
+                    queries, scored by its constraints; data.py: seeds and the
+                    held-out validation queries)
+  host_text.py      the shared base of bfcl_multi_turn, alfworld and
+                    travelplanner: tasks the host reads as text and plays as
+                    episodes
 
 Adding one: a package here, a config file in configs/, and one entry in `DOMAINS`
 (docs/domains.md walks through the maze).
@@ -43,6 +47,8 @@ from genenv_jax.domains.maze import data as maze_data
 from genenv_jax.domains.maze.domain import MazeDomain
 from genenv_jax.domains.text import data as text_data
 from genenv_jax.domains.text.domain import TextDomain
+from genenv_jax.domains.travelplanner import data as travelplanner_data
+from genenv_jax.domains.travelplanner.domain import TravelPlannerDomain
 
 # edit(domain, seed_rows int32[n, L], wanted int[n], rng) -> int32[n, L].
 EditVariations = Callable[[Any, np.ndarray, np.ndarray, np.random.Generator],
@@ -67,6 +73,8 @@ DOMAINS: dict[str, Registered] = {
     "bfcl_multi_turn": Registered(BfclMultiTurnDomain,
                                   bfcl_multi_turn_data.seed_splits),
     "alfworld": Registered(AlfworldDomain, alfworld_data.seed_splits),
+    "travelplanner": Registered(TravelPlannerDomain,
+                                travelplanner_data.seed_splits),
 }
 
 
@@ -96,5 +104,5 @@ def seed_splits(config: Any, domain: TaskDomain, data_dir: str
 
 
 __all__ = ["DOMAINS", "AlfworldDomain", "ArithmeticDomain", "BfclMultiTurnDomain", "MazeDomain", "ParsedTasks",
-           "Registered", "TaskDomain", "TextDomain", "get_domain", "registered",
+           "Registered", "TaskDomain", "TextDomain", "TravelPlannerDomain", "get_domain", "registered",
            "seed_splits"]

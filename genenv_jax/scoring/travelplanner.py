@@ -20,6 +20,9 @@ Source: the Hugging Face dataset `osunlp/TravelPlanner` (CC BY 4.0), per split
                           of records, or a text ("No valid information.", or
                           "self-driving, from A to B, duration: ..., distance: ...,
                           cost: N").
+The train split's CSV has one more column, annotated_plan: a Python list literal
+of the query's fields and then one dict a day (days, current_city, transportation,
+breakfast, attraction, lunch, dinner, accommodation), padded with empty dicts.
 
 A query's id is its 1-based row number (the official submission's `idx`). The
 prompt (`messages`) is PLANNER_PROMPT: a paraphrase of the benchmark's direct
@@ -163,8 +166,9 @@ class Reference(NamedTuple):
 
 
 class Query(NamedTuple):
-  """One query of a split: its id (1-based row number), its fields and its
-  reference information (`information`: the CSV's text, `reference`: indexed)."""
+  """One query of a split: its id (1-based row number), its fields, its
+  reference information (`information`: the CSV's text, `reference`: indexed)
+  and, in the train split, its annotated plan (the day dicts; else None)."""
 
   id: int
   org: str
@@ -179,6 +183,7 @@ class Query(NamedTuple):
   level: str
   information: str
   reference: Reference
+  annotated_plan: list[dict[str, str]] | None = None
 
 
 class Evaluation(NamedTuple):
@@ -316,8 +321,21 @@ def load(data_dir: str, split: str = "validation") -> list[Query]:
         _int_field(row, "visiting_city_number", where), dates,
         _int_field(row, "people_number", where),
         {k: local.get(k) for k in LOCAL_KEYS}, budget, row["query"], row["level"].strip(),
-        row["reference_information"], index_reference(info, f"{ref_path}:{line}")))
+        row["reference_information"], index_reference(info, f"{ref_path}:{line}"),
+        _annotated_plan(row.get("annotated_plan"), f"{where}: column 'annotated_plan'")))
   return queries
+
+
+def _annotated_plan(text: str | None, where: str) -> list[dict[str, str]] | None:
+  """The day dicts of an annotated_plan cell (module docstring); None for no
+  cell or an empty one."""
+  if not text or not text.strip():
+    return None
+  days = [d for d in _literal(text, where, list)
+          if isinstance(d, dict) and "current_city" in d]
+  if not days:
+    raise InputError(f"{where}: no day (a dict with 'current_city')")
+  return [{f: str(d.get(f, "-")) for f in FIELDS} for d in days]
 
 
 def messages(query: Query) -> list[dict[str, str]]:
@@ -936,15 +954,96 @@ def reference_text(info: dict[str, Any]) -> str:
               for d, v in info.items()])
 
 
+def _day(number, city, transportation="-", breakfast="-", attraction="-", lunch="-",
+         dinner="-", accommodation="-"):
+  return {"days": number, "current_city": city, "transportation": transportation,
+          "breakfast": breakfast, "attraction": attraction, "lunch": lunch,
+          "dinner": dinner, "accommodation": accommodation}
+
+
+def _fixture_plans() -> list[list[dict]]:
+  """A plan of each fixture query that passes every constraint of its own
+  and of its train row (`_TRAIN_ROWS`)."""
+  chat, spo, eug, bend = "Chattanooga", "Spokane", "Eugene", "Bend"
+  loft, bungalow = f"Cozy Riverfront Loft, {chat}", f"Riverview Bungalow, {spo}"
+  suite, cabin = f"Campus Guest Suite, {eug}", f"Juniper Cabin, {bend}"
+  return [
+      [_day(1, f"from Sarasota to {chat}", f"Flight Number: F9000101, from Sarasota to "
+            f"{chat}, Departure Time: 07:30, Arrival Time: 09:40",
+            attraction=f"Rock Ridge Overlook, {chat};", lunch=f"Maple Hearth, {chat}",
+            dinner=f"Blue Heron Noodles, {chat}", accommodation=loft),
+       _day(2, chat, breakfast=f"Sunrise Biscuit Co., {chat}",
+            attraction=f"Riverside Glass Museum, {chat};Lookout Incline Park, {chat};",
+            lunch=f"Porchlight BBQ, {chat}", dinner=f"Little Olive Trattoria, {chat}",
+            accommodation=loft),
+       _day(3, f"from {chat} to Sarasota", f"Flight Number: F9000102, from {chat} to "
+            "Sarasota, Departure Time: 19:00, Arrival Time: 21:05")],
+      [_day(1, f"from Boise to {spo}", f"Self-driving, from Boise to {spo}, duration: 6 "
+            "hours, distance: 620 km, cost: 31", attraction=f"Falls Footbridge, {spo};",
+            dinner=f"Huckleberry Table, {spo}", accommodation=bungalow),
+       _day(2, spo, breakfast=f"Tamarack Tacos, {spo}", attraction=f"Lilac Carousel, {spo};",
+            lunch=f"Inland Pho House, {spo}", dinner=f"Gondola Pizza Works, {spo}",
+            accommodation=bungalow),
+       _day(3, f"from {spo} to Boise", f"Self-driving, from {spo} to Boise, duration: 6 "
+            "hours, distance: 620 km, cost: 31")],
+      [_day(1, f"from Reno to {eug}", f"Self-driving, from Reno to {eug}, duration: 7 "
+            "hours, distance: 700 km, cost: 35", attraction=f"Skinner Butte Trail, {eug};",
+            lunch=f"Willamette Cantina, {eug}", dinner=f"Cascade Diner, {eug}",
+            accommodation=suite),
+       _day(2, eug, breakfast=f"Fern Ridge Cafe, {eug}",
+            attraction=f"Duck Pond Arboretum, {eug};", lunch=f"Hops & Greens, {eug}",
+            dinner=f"Riverbend Noodle Bar, {eug}", accommodation=suite),
+       _day(3, f"from {eug} to {bend}", f"Self-driving, from {eug} to {bend}, duration: 2 "
+            "hours, distance: 200 km, cost: 10", attraction=f"Pilot Butte Summit, {bend};",
+            lunch=f"Siam Pine Kitchen, {bend}", dinner=f"Lava Rock Grill, {bend}",
+            accommodation=cabin),
+       _day(4, bend, breakfast=f"High Desert Bakery, {bend}",
+            attraction=f"Deschutes River Walk, {bend};", lunch=f"Sagebrush Cafe, {bend}",
+            dinner=f"Obsidian Steakhouse, {bend}", accommodation=cabin),
+       _day(5, f"from {bend} to Reno", f"Self-driving, from {bend} to Reno, duration: 6 "
+            "hours, distance: 600 km, cost: 30", breakfast=f"Tumalo Deli, {bend}")],
+  ]
+
+
+# The train split's rows: each fixture query with other travellers, budget and
+# constraints (so that no train query is a validation query), and its plan.
+_TRAIN_ROWS = (
+    {"people_number": 2, "budget": 2000,
+     "local_constraint": str({"house rule": "parties", "cuisine": None, "room type": None,
+                              "transportation": None}), "level": "medium",
+     "query": "Please plan a 3-day trip for two people from Sarasota to Chattanooga, "
+              "March 10th to March 12th, 2022, with a budget of $2,000, staying "
+              "where parties are allowed."},
+    {"people_number": 3, "budget": 1500, "level": "medium",
+     "query": "Three of us are driving from Boise to Spokane for 3 days, April 2nd to "
+              "April 4th, 2022, with $1,500; we bring our dog and want an entire home."},
+    {"people_number": 1, "budget": 1500, "level": "medium",
+     "local_constraint": str({"house rule": None, "cuisine": ["Mexican"],
+                              "room type": None, "transportation": "no flight"}),
+     "query": "Plan a 5-day trip from Reno through 2 cities in Oregon, May 1st to May "
+              "5th, 2022, for one person with $1,500, without flying; I would like "
+              "Mexican food."},
+)
+
+
 def write_fixture(directory: str, split: str = "validation") -> list[str]:
   """Writes three hand-written queries (easy, medium, hard) as `split` in
-  TravelPlanner's format under `directory`; returns the paths."""
+  TravelPlanner's format under `directory`; returns the paths. The train split
+  varies their travellers, budgets and constraints and adds each one's
+  annotated plan (`_fixture_plans`), as TravelPlanner's train split does."""
   os.makedirs(directory, exist_ok=True)
   csv_path = os.path.join(directory, f"{split}.csv")
   ref_path = os.path.join(directory, f"{split}_ref_info.jsonl")
   queries = _fixture_queries()
+  columns = list(_COLUMNS)
+  if split == "train":
+    columns.append("annotated_plan")
+    queries = [({**row, **changes, "annotated_plan": str([
+        {k: row[k] for k in ("org", "dest", "days")}, *plan, {}])}, info)
+               for (row, info), changes, plan in zip(queries, _TRAIN_ROWS,
+                                                     _fixture_plans())]
   with open(csv_path, "w", encoding="utf-8", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(_COLUMNS))
+    writer = csv.DictWriter(f, fieldnames=columns)
     writer.writeheader()
     for row, info in queries:
       writer.writerow({**row, "reference_information": reference_text(info)})

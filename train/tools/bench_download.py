@@ -107,3 +107,31 @@ def fetch(name: str, files: Mapping[str, str]) -> pathlib.Path:
   checksums_path.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n",
                             encoding="utf-8")
   return root
+
+
+def main(argv: list[str] | None = None) -> None:
+  """Fetches the official files of a benchmark a domain trains on and prints
+  their directory (the domain's config.task.data_dir):
+
+    python -m train.tools.bench_download travelplanner [--splits train,validation]
+  """
+  import argparse  # pylint: disable=import-outside-toplevel
+  from genenv_jax.scoring import travelplanner  # pylint: disable=import-outside-toplevel
+
+  parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
+  parser.add_argument("benchmark", choices=[travelplanner.NAME])
+  parser.add_argument("--splits", default="train,validation",
+                      help=f"comma-separated, of {', '.join(travelplanner.SPLITS)}")
+  args = parser.parse_args(argv)
+  splits = [s for s in args.splits.split(",") if s]
+  unknown = [s for s in splits if s not in travelplanner.SPLITS]
+  if unknown or not splits:
+    parser.error(f"--splits={args.splits!r}: expected some of "
+                 f"{', '.join(travelplanner.SPLITS)}")
+  files = {path: url for split in splits
+           for path, url in travelplanner.files(split).items()}
+  print(fetch(args.benchmark, files))
+
+
+if __name__ == "__main__":
+  main()

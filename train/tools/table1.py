@@ -140,7 +140,9 @@ TRAVELPLANNER = Benchmark(
     name=travelplanner.NAME, files=lambda args: travelplanner.files(args.split),
     load=lambda args, data_dir_: (travelplanner.load(data_dir_, args.split), None),
     messages=travelplanner.messages, score=_travelplanner_score,
-    write_fixture=travelplanner.write_fixture)
+    write_fixture=lambda directory: [  # train too: configs/travelplanner.py's seeds
+        path for split in ("train", "validation")
+        for path in travelplanner.write_fixture(directory, split)])
 
 
 def data_dir(args, bench: Benchmark) -> str:

@@ -1,0 +1,1 @@
+"""TravelPlanner: variations of its train queries, planned and scored by its constraints."""
