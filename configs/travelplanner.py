@@ -35,6 +35,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   smoke, arm = default.smoke_and_arm(arg, "configs/travelplanner.py", "full run's")
   c = default.get_config()
   text.chat_model_training(c)  # as the text runs
+  for player in (c.agent, c.simulator):  # rows of up to 18K tokens: keep only
+    player.model_overrides.remat_policy = "full"  # each block's input
   c.task = ml_collections.ConfigDict(dict(
       name="travelplanner",
       tokenizer_dir="",          # HF tokenizer directory, usually the agent's hf_dir
