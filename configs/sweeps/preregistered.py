@@ -53,7 +53,6 @@ OVERRIDES = {
     "pool": {"replay_selection": "uniform"},
 }
 AMENDED_STEPS = 600  # the amendment's budget: 3x the registered 200
-AMENDED_FRONTIER = (2, 3, 4)  # sweep_report --frontier_levels, fixed in advance
 MAZE_OVERRIDES = {
     "eval": {"every_steps": 20, "samples": 4},
     "checkpoint_every": 40,

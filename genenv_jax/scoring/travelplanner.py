@@ -335,7 +335,8 @@ def _annotated_plan(text: str | None, where: str) -> list[dict[str, str]] | None
           if isinstance(d, dict) and "current_city" in d]
   if not days:
     raise InputError(f"{where}: no day (a dict with 'current_city')")
-  return [{f: str(d.get(f, "-")) for f in FIELDS} for d in days]
+  return [{f: "-" if d.get(f) in (None, "") else str(d[f]) for f in FIELDS}
+          for d in days]
 
 
 def messages(query: Query) -> list[dict[str, str]]:
