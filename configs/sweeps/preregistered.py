@@ -24,7 +24,7 @@ rule called for after the first sweep's "no power" (docs/experiment.md,
 with the frontier levels fixed in advance as d2-d4:
 
   python launch/sweep.py --sweep=configs/sweeps/preregistered.py:amended --sweep_dir=runs/preregistered_600 --parallel=2
-  python -m train.tools.sweep_report --sweep_dir=runs/preregistered_600 --out=docs/results --frontier_levels=2,3,4
+  python -m train.tools.sweep_report --sweep_dir=runs/preregistered_600 --out=docs/results/amended_600 --frontier_levels=2,3,4
 
 `configs/sweeps/preregistered.py:maze` is the same design on configs/maze.py
 (its own players, warm-start and held-out mazes; its sizes stay its own).
