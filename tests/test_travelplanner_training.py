@@ -57,6 +57,7 @@ def test_specs_read_back_and_name_the_bad_field():
                                                     budget="$2,400"))
   assert spec == tpd.Spec("train", 1, 2, 2400, None, ("Mexican", "Italian"), None, None)
   assert tpd.read_spec(spec.text()) == spec
+  assert tpd.read_spec(spec.text().title()) == spec  # "Query: Train 1", "People: 2"
   for written, message in (
       ("people: 2", "no line starts 'query:'"),
       (_spec().replace("budget: 2000\n", ""), "no 'budget' line"),

@@ -75,13 +75,12 @@ DEFAULT_SIMULATOR_INSTRUCTION = (
     "Here is a travel-planning task: a trip (its origin, destination, dates and "
     "the flights, restaurants and stays it may use are fixed by the query named), "
     "the travellers, the budget and the travellers' constraints.\n\n{seed}\n\n"
-    "Write one new task for the same query: change the number of people (1 to 8), "
-    "the budget in dollars, and the constraints. House rule: one of smoking, "
-    "parties, children under 10, visitors, pets (what the travellers need the "
-    "stay to allow). Cuisine: some of Chinese, American, Italian, Mexican, Indian, "
-    "Mediterranean, French. Room type: shared room, not shared room, private "
-    "room or entire room. Transportation: no flight or no self-driving. Write - "
-    "for a constraint not set. Use exactly this format, one field a line:\n"
+    f"Write one new task for the same query: change the number of people (1 to "
+    f"{MAX_PEOPLE}), the budget in dollars, and the constraints. House rule: one "
+    f"of {', '.join(HOUSE_RULES)} (what the travellers need the stay to allow). "
+    f"Cuisine: some of {', '.join(CUISINES)}. Room type: one of "
+    f"{', '.join(ROOM_TYPES)}. Transportation: one of {', '.join(TRANSPORTATION)}. "
+    "Write - for a constraint not set. Use exactly this format, one field a line:\n"
     "query: ...\npeople: ...\nbudget: ...\nhouse rule: ...\ncuisine: ...\n"
     "room type: ...\ntransportation: ...")
 
@@ -124,7 +123,7 @@ class Spec(NamedTuple):
 
 _FIELDS = ("query", "people", "budget", "house rule", "cuisine", "room type",
            "transportation")
-_LINE = re.compile(r"^\s*([a-z ]+?)\s*:\s*(.*?)\s*$")
+_LINE = re.compile(r"^\s*([a-z ]+?)\s*:\s*(.*?)\s*$", re.IGNORECASE)
 
 
 def _choice(value: str, allowed: Sequence[str], field: str) -> str | None:
