@@ -43,7 +43,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       data_dir="",               # train.csv, train_ref_info.jsonl, validation.*
       max_prompt_tokens=16384,   # the planner prompt, a query's reference
                                  # information (8K+ tokens for 7 days) and the query
-      max_written_tokens=96,     # a spec + EOS
+      max_written_tokens=128,    # the trip line, a spec, EOS
       max_simulator_tokens=512,  # the simulator may reason before `query:`
       max_action_tokens=1536,    # the plan, its stop token included
       max_difficulty=4,          # 1 + constraints + (days - 3) / 2, capped

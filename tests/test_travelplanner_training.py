@@ -116,7 +116,15 @@ def test_seeds_are_the_train_queries_and_the_held_out_set_the_validation_ones(
   assert splits["test"].difficulty.tolist() == [1, 3, 4]
   for name, split in (("train", "train"), ("test", "validation")):
     for row, query in zip(splits[name].rows, domain.queries[split]):
-      assert domain.text_of(row) == tpd.spec_of(query, split).text()
+      trip, spec = domain.text_of(row).split("\n", 1)
+      assert spec == tpd.spec_of(query, split).text()
+      assert trip == tpd.trip_line(query, tpd.spec_of(query, split))
+  # The simulator reads what the query is and what its plan costs (train
+  # query 1 for 2 people, as above); a held-out query shows no plan.
+  assert domain.text_of(splits["train"].rows[0]).split("\n")[0] == (
+      "trip: 3 days from Sarasota to Chattanooga, March 10th, 2022 to March "
+      "12th, 2022; its annotated plan costs $1,450 for 2 people")
+  assert "plan" not in domain.text_of(splits["test"].rows[0]).split("\n")[0]
   train, test = data.seed_splits(domain, config, "")
   np.testing.assert_array_equal(train["task"], splits["train"].rows)
   np.testing.assert_array_equal(test["difficulty"], [1, 3, 4])

@@ -3,9 +3,10 @@ train query's travellers, budget and constraints; the agent writes the plan,
 scored by the benchmark's constraints over the query's own reference
 information (genenv_jax/scoring/travelplanner.py).
 
-Written task. The simulator is shown a seed spec through the chat template and
-writes a new one, one field a line ("-" for a constraint not set):
+Written task. The simulator is shown a seed's pool row through the chat
+template and writes a new spec, one field a line ("-" for a constraint not set):
 
+    trip: 3 days from Sarasota to Chattanooga, March 10th, 2022 to March 12th, 2022; its annotated plan costs $1,450 for 2 people
     query: train 12
     people: 2
     budget: 2400
@@ -24,8 +25,10 @@ generation iff `read_spec` reads it and
 - a `train` query's annotated plan passes every constraint of the varied query
   (commonsense and hard: so the task has a solution, and one the plan shows);
 - a `validation` query (the held-out set) is written exactly as it is.
-The canonical spec (the pool's row) and the agent's prompt must fit their
-widths. Difficulty is `level`: 1 + the number of constraints set + (days - 3)
+The pool's row is the canonical spec after a `trip:` line that tells the
+simulator what the query is (its route and dates, and what its annotated plan
+costs the spec's travellers: the budget's floor for a solvable variation),
+ignored when read back; the row and the agent's prompt must fit their widths. Difficulty is `level`: 1 + the number of constraints set + (days - 3)
 / 2 (TravelPlanner's two axes: easy / medium / hard, and 3 / 5 / 7 days),
 capped at `max_difficulty`; the budget's tightness is the simulator's lever
 that the level does not see.
@@ -219,18 +222,35 @@ _ROOMS = {"shared room": "a shared room", "not shared room": "not a shared room"
           "private room": "a private room", "entire room": "an entire home"}
 
 
+def _when(query: tp.Query) -> str:
+  dates = query.dates
+  if dates and all(re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(d)) for d in dates):
+    return f"{_date(dates[0])} to {_date(dates[-1])}"
+  return f"on {', '.join(str(d) for d in dates)}"
+
+
+def trip_line(query: tp.Query, spec: Spec) -> str:
+  """What the simulator reads of the query a spec names (the line before
+  its `query:` line in a pool row): the route, days and dates, and for a
+  train query what its annotated plan costs the spec's travellers."""
+  line = (f"trip: {query.days} days from {query.org} to {query.dest}, "
+          f"{_when(query)}")
+  if query.annotated_plan is not None:
+    cost = tp.total_cost(query._replace(people_number=spec.people),
+                         query.annotated_plan)
+    people = "one person" if spec.people == 1 else f"{spec.people} people"
+    line += f"; its annotated plan costs ${cost:,.0f} for {people}"
+  return line
+
+
 def query_text(query: tp.Query, spec: Spec) -> str:
   """The query a variation asks, in words: the query's trip with the spec's
   travellers, budget and constraints."""
   people = "one person" if spec.people == 1 else f"{spec.people} people"
-  dates = query.dates
-  when = (f"{_date(dates[0])} to {_date(dates[-1])}" if dates
-          and all(re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(d)) for d in dates)
-          else f"on {', '.join(str(d) for d in dates)}")
   cities = (f", visiting {query.visiting_city_number} cities in {query.dest}"
             if query.visiting_city_number > 1 else "")
   sentences = [f"Please plan a {query.days}-day trip for {people} from {query.org} to "
-               f"{query.dest}{cities}, {when}, with a budget of ${spec.budget:,}."]
+               f"{query.dest}{cities}, {_when(query)}, with a budget of ${spec.budget:,}."]
   if spec.house_rule:
     sentences.append(f"Our accommodation must be one that {_NEEDS[spec.house_rule]}.")
   if spec.room_type:
@@ -353,10 +373,11 @@ class TravelPlannerDomain(HostTextDomain):
     return spec, varied
 
   def written_task(self, written: str) -> WrittenTask:
-    """The canonical spec of `written` (`read_task`), its level and the
-    agent's prompt."""
+    """The canonical text of `written` (`read_task`: its `trip_line`, then
+    its spec), its level and the agent's prompt."""
     spec, query = self.read_task(written)
-    return WrittenTask(spec.text(), self.level(query, spec),
+    return WrittenTask(f"{trip_line(query, spec)}\n{spec.text()}",
+                       self.level(query, spec),
                        lambda: self.chat_prompt_ids(tp.messages(query)))
 
 
