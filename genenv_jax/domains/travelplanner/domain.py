@@ -27,7 +27,7 @@ generation iff `read_spec` reads it and
 - a `validation` query (the held-out set) is written exactly as it is.
 The pool's row is the canonical spec after a `trip:` line that tells the
 simulator what the query is (its route and dates, and what its annotated plan
-costs the spec's travellers: the budget's floor for a solvable variation),
+costs the spec's travellers: the lowest budget a valid variation may set),
 ignored when read back; the row and the agent's prompt must fit their widths. Difficulty is `level`: 1 + the number of constraints set + (days - 3)
 / 2 (TravelPlanner's two axes: easy / medium / hard, and 3 / 5 / 7 days),
 capped at `max_difficulty`; the budget's tightness is the simulator's lever
