@@ -25,7 +25,8 @@ from genenv_jax.domains.travelplanner.domain import TravelPlannerDomain, spec_of
 @dataclasses.dataclass(frozen=True)
 class Split:
   """rows int32[n, task_len]; difficulty int32[n]; ids the queries' row
-  numbers; num_dropped the queries that did not read back or fit."""
+  numbers; num_dropped the split's other queries (not read back, too wide,
+  or a held-out query's text)."""
   rows: np.ndarray
   difficulty: np.ndarray
   ids: tuple[int, ...]
