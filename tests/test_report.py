@@ -290,8 +290,9 @@ def _gain(arm, seed, rl_seed):
                               if arm == "genenv" else 0.0)
 
 
-def _write_replicate_run(sweep_dir, arm, seed, rl_seed):
+def _write_replicate_run(sweep_dir, arm, seed, rl_seed, domain="arithmetic"):
   config = default.get_config(f"smoke,{arm}")
+  config.task.name = domain
   config.warmstart.simulator_start = "hard"
   config.seed, config.coevolve.rl_seed = seed, rl_seed
   config.coevolve.num_steps = NUM_STEPS
@@ -390,6 +391,23 @@ def test_contrasts_pair_replicates(replicated):
   oracle = next(l for l in replicated[2].splitlines()
                 if l.startswith("| oracle_learnability [hard] − uniform [hard]"))
   assert "+0.025" in oracle and "oracle_learnability > uniform" in oracle
+
+
+def test_contrasts_pair_replicates_within_a_domain(tmp_path):
+  # A maze sweep's labels carry the domain ("maze: genenv [hard]"); its
+  # contrasts pair the maze's arms with each other.
+  for arm in ("genenv", "frozen_env"):
+    for seed, rl_seed in REPLICATES:
+      _write_replicate_run(str(tmp_path), arm, seed, rl_seed, domain="maze")
+  with open(report.write_report(str(tmp_path), str(tmp_path / "out"),
+                                "cmd")) as f:
+    text = f.read()
+  lines = [l for l in text.splitlines()
+           if l.startswith("| maze: genenv [hard] − frozen_env [hard]")]
+  assert len(lines) == 1
+  diffs = [1.25 * (0.08 + 0.01 * (2 * s + r)) for s, r in REPLICATES]
+  assert report.format_interval(diffs) in lines[0]
+  assert "genenv > frozen_env" in lines[0]
 
 
 def test_level_success_plot_is_written(replicated):

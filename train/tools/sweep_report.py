@@ -454,10 +454,11 @@ def frontier_gain(run: RunResult, levels: list[int]) -> float:
   return (curve[max(curve)] - curve[min(curve)]) if curve else math.nan
 
 
-def _condition(label: str) -> tuple[str, str]:
-  """(arm, " [start]" or "") of an arm label."""
-  arm, bracket, start = label.partition(" [")
-  return arm, (f" [{start}" if bracket else "")
+def _condition(label: str) -> tuple[str, str, str]:
+  """(domain prefix "maze: " or "", arm, " [start]" or "") of an arm label."""
+  domain, colon, rest = label.rpartition(": ")
+  arm, bracket, start = rest.partition(" [")
+  return f"{domain}{colon}", arm, (f" [{start}" if bracket else "")
 
 
 def primary_table(groups, levels: list[int]) -> list[str]:
@@ -493,11 +494,11 @@ def contrast_table(groups, levels: list[int]) -> list[str]:
   warm-start, same stage-2 seed), mean with its 95% t-interval."""
   rows = []
   for (label, alpha), runs in groups.items():
-    arm, condition = _condition(label)
+    domain, arm, condition = _condition(label)
     for a, b in CONTRASTS:
-      if arm != a or (b + condition, alpha) not in groups:
+      if arm != a or (domain + b + condition, alpha) not in groups:
         continue
-      other = {r.replicate: r for r in groups[(b + condition, alpha)]}
+      other = {r.replicate: r for r in groups[(domain + b + condition, alpha)]}
       pairs = [(r, other[r.replicate]) for r in runs
                if r.replicate in other]
       if not pairs:
@@ -508,7 +509,7 @@ def contrast_table(groups, levels: list[int]) -> list[str]:
       verdict = ("–" if math.isnan(low) else
                  f"{a} > {b}" if low > 0 else f"{a} < {b}" if high < 0
                  else "not distinguished")
-      rows.append([f"{a}{condition} − {b}{condition}", f"{alpha:g}",
+      rows.append([f"{domain}{a}{condition} − {b}{condition}", f"{alpha:g}",
                    str(len(pairs)), format_interval(diffs), verdict])
   if not rows:
     return []
