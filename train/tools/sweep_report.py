@@ -73,13 +73,18 @@ def arm_label(arm: str, start: str, domain: str = "arithmetic") -> str:
   return label if domain == "arithmetic" else f"{domain}: {label}"
 
 
+def _condition(label: str) -> tuple[str, str, str]:
+  """(domain prefix "maze: " or "", arm, " [start]" or "") of an arm label."""
+  domain, colon, rest = label.rpartition(": ")
+  arm, bracket, start = rest.partition(" [")
+  return f"{domain}{colon}", arm, (f" [{start}" if bracket else "")
+
+
 def reference_of(label: str) -> str:
   """The reference arm's label under the same condition (and domain) as
   `label`."""
-  domain, colon, rest = label.rpartition(": ")
-  _, bracket, start = rest.partition(" [")
-  return (f"{domain}{colon}" + REFERENCE_ARM
-          + (f" [{start}" if bracket else ""))
+  domain, _, condition = _condition(label)
+  return f"{domain}{REFERENCE_ARM}{condition}"
 
 
 def paired_interval(differences, level: float = 0.95
@@ -452,13 +457,6 @@ def frontier_gain(run: RunResult, levels: list[int]) -> float:
   at step 0."""
   curve = _level_curve(run, levels)
   return (curve[max(curve)] - curve[min(curve)]) if curve else math.nan
-
-
-def _condition(label: str) -> tuple[str, str, str]:
-  """(domain prefix "maze: " or "", arm, " [start]" or "") of an arm label."""
-  domain, colon, rest = label.rpartition(": ")
-  arm, bracket, start = rest.partition(" [")
-  return f"{domain}{colon}", arm, (f" [{start}" if bracket else "")
 
 
 def primary_table(groups, levels: list[int]) -> list[str]:

@@ -28,7 +28,8 @@ generation iff `read_spec` reads it and
 The pool's row is the canonical spec after a `trip:` line that tells the
 simulator what the query is (its route and dates, and what its annotated plan
 costs the spec's travellers: the lowest budget a valid variation may set),
-ignored when read back; the row and the agent's prompt must fit their widths. Difficulty is `level`: 1 + the number of constraints set + (days - 3)
+ignored when read back; the row and the agent's prompt must fit their
+widths. Difficulty is `level`: 1 + the number of constraints set + (days - 3)
 / 2 (TravelPlanner's two axes: easy / medium / hard, and 3 / 5 / 7 days),
 capped at `max_difficulty`; the budget's tightness is the simulator's lever
 that the level does not see.
@@ -222,6 +223,10 @@ _ROOMS = {"shared room": "a shared room", "not shared room": "not a shared room"
           "private room": "a private room", "entire room": "an entire home"}
 
 
+def _people(number: int) -> str:
+  return "one person" if number == 1 else f"{number} people"
+
+
 def _when(query: tp.Query) -> str:
   dates = query.dates
   if dates and all(re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(d)) for d in dates):
@@ -238,18 +243,16 @@ def trip_line(query: tp.Query, spec: Spec) -> str:
   if query.annotated_plan is not None:
     cost = tp.total_cost(query._replace(people_number=spec.people),
                          query.annotated_plan)
-    people = "one person" if spec.people == 1 else f"{spec.people} people"
-    line += f"; its annotated plan costs ${cost:,.0f} for {people}"
+    line += f"; its annotated plan costs ${cost:,.0f} for {_people(spec.people)}"
   return line
 
 
 def query_text(query: tp.Query, spec: Spec) -> str:
   """The query a variation asks, in words: the query's trip with the spec's
   travellers, budget and constraints."""
-  people = "one person" if spec.people == 1 else f"{spec.people} people"
   cities = (f", visiting {query.visiting_city_number} cities in {query.dest}"
             if query.visiting_city_number > 1 else "")
-  sentences = [f"Please plan a {query.days}-day trip for {people} from {query.org} to "
+  sentences = [f"Please plan a {query.days}-day trip for {_people(spec.people)} from {query.org} to "
                f"{query.dest}{cities}, {_when(query)}, with a budget of ${spec.budget:,}."]
   if spec.house_rule:
     sentences.append(f"Our accommodation must be one that {_NEEDS[spec.house_rule]}.")
