@@ -243,14 +243,17 @@ def grpo_batch(config, players: Players, agent: PlayerState,
   attend = (response_mask if attempts.attend is None
             else attempts.attend & row_valid[:, None])
   prompt, prompt_mask = repeat(tasks.prompt), repeat(tasks.prompt_mask)
-  # Scored in as many passes as the update has minibatches: no pass holds
-  # more rows' activations than one minibatch's forward.
-  ref_logp = jax.lax.stop_gradient(policy.response_logprobs_by_rows(
-      players.agent_model, agent.ref_params, prompt, prompt_mask,
-      agent_out.tokens, attend, config.coevolve.agent_temperature,
-      _chunk_size(config), config.coevolve.agent_minibatches).logp)
-  ref_logp = jnp.where(response_mask, ref_logp, 0.0)
   old_logp = jnp.where(response_mask, agent_out.logprobs, 0.0)
+  if config.grpo.kl_coef:
+    # Scored in as many passes as the update has minibatches: no pass holds
+    # more rows' activations than one minibatch's forward.
+    ref_logp = jax.lax.stop_gradient(policy.response_logprobs_by_rows(
+        players.agent_model, agent.ref_params, prompt, prompt_mask,
+        agent_out.tokens, attend, config.coevolve.agent_temperature,
+        _chunk_size(config), config.coevolve.agent_minibatches).logp)
+    ref_logp = jnp.where(response_mask, ref_logp, 0.0)
+  else:  # no KL term (DAPO, Dr. GRPO): no reference pass
+    ref_logp = old_logp
   return AgentBatch(prompt, prompt_mask, agent_out.tokens, response_mask,
                     old_logp, ref_logp, advantages,
                     None if attempts.attend is None else attend)

@@ -292,3 +292,25 @@ def test_the_step_moves_the_agent_toward_rewarded_attempts_and_the_simulator_tow
       simulator_checked = True
   assert agent_checked and simulator_checked, (
       "no step had something to learn from: no check of its direction")
+
+
+def test_no_reference_pass_without_a_kl_term(live_run, monkeypatch):
+  # At grpo.kl_coef 0 (DAPO, Dr. GRPO) the agent's reference is never scored:
+  # the traced step holds one reference pass fewer, and trains the same.
+  config = live.live_config(live_run[0])
+  mesh = sharding.make_mesh({"data": -1, "fsdp": 1, "tensor": 1})
+  domain, players, state, _ = _warm_started(live_run, config, mesh)
+  scored = []
+  by_rows = policy.response_logprobs_by_rows
+  def counted(*args, **kwargs):
+    scored.append(args[1])
+    return by_rows(*args, **kwargs)
+  monkeypatch.setattr(policy, "response_logprobs_by_rows", counted)
+  passes = {}
+  for kl_coef in (0.0, 0.05):
+    config.grpo.kl_coef = kl_coef
+    scored.clear()
+    jax.eval_shape(sharding.in_mesh(mesh, RULES)(
+        coevolve.make_step(config, domain, players)), state)
+    passes[kl_coef] = len(scored)
+  assert passes[0.05] - passes[0.0] == 1

@@ -35,10 +35,15 @@ def _answers(domain, texts):
   return rows, rows != domain.pad_id
 
 
+def _final_answer_domain(tokenizer, verifier):
+  return TextDomain(tokenizer, max_task_tokens=8, max_answer_tokens=4,
+                    max_response_tokens=RESPONSE - 1, max_written_tokens=32,
+                    answer_from="final_answer", final_answer_marker="Answer:",
+                    verifier=verifier)
+
+
 def test_final_answer_line_inside_a_long_response(tokenizer):
-  domain = TextDomain(tokenizer, max_task_tokens=8, max_answer_tokens=4,
-                      max_response_tokens=RESPONSE - 1, max_written_tokens=32,
-                      answer_from="final_answer", final_answer_marker="Answer:")
+  domain = _final_answer_domain(tokenizer, "exact")
   assert (domain.answer_len, domain.response_len) == (5, RESPONSE)
   responses = [
       "Paris is the capital of France. New Answer: Paris",  # marker matched inside
@@ -50,7 +55,7 @@ def test_final_answer_line_inside_a_long_response(tokenizer):
   response = _rows(domain, responses, RESPONSE)
   reference, reference_mask = _answers(domain, ["Paris"] * len(responses))
   for verifier, expected in (("exact", [1, 1, 1, 0, 0]), ("f1", [1, 1, 1, 0, 0])):
-    domain.verifier = verifier
+    domain = _final_answer_domain(tokenizer, verifier)  # in-graph, host
     scores = jax.jit(domain.verify)(response, response != domain.pad_id, reference,
                                     reference_mask)
     assert np.asarray(scores).tolist() == expected, verifier

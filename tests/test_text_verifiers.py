@@ -1,10 +1,10 @@
-"""Text verifiers on hand-written cases: in-graph exact match and token-F1 on
-token ids, and the host verifiers (tool call, boxed, BFCL) in Python and through
+"""Text verifiers on hand-written cases: in-graph exact match on token ids, the
+host verifiers of chat answers (SQuAD F1, exact match and containment, the last
+number) and of calls (tool call, boxed, BFCL) in Python and through
 `jax.pure_callback` inside a jitted function on the 8-device mesh."""
 
 from __future__ import annotations
 
-import collections
 import json
 
 import jax
@@ -63,33 +63,62 @@ def test_exact_match_on_normalised_token_spans(domain):
   assert np.asarray(scores).tolist() == [1, 1, 1, 1, 0, 0, 0, 1, 0]
 
 
-def _python_f1(domain, response: str, reference: str) -> float:
-  """Token-F1 on canonical non-blank ids, written with collections.Counter."""
-  def bag(text):
-    ids = domain.tokenizer(text, add_special_tokens=False)["input_ids"]
-    return collections.Counter(int(domain.tables.canonical[i]) for i in ids
-                               if not domain.tables.blank[i])
-  got, want = bag(response), bag(reference)
-  common = sum((got & want).values())
-  if not common:
-    return 0.0
-  precision, recall = common / sum(got.values()), common / sum(want.values())
-  return 2 * precision * recall / (precision + recall)
+# Hand-written chat answers: (response, reference, f1, squad_exact, contains,
+# numeric).
+CHAT_ANSWERS = [
+    ("Paris", "Paris", 1.0, 1.0, 1.0, 0.0),
+    ("The capital of France is Paris.", "Paris", 2 / 6, 0.0, 1.0, 0.0),
+    ("Parisian food", "Paris", 0.0, 0.0, 0.0, 0.0),
+    ("the answer is 85", "85", 2 / 4, 0.0, 1.0, 1.0),
+    ("58", "85", 0.0, 0.0, 0.0, 0.0),            # the right digits, wrong number
+    ("The answer is 1,234.", "1234", 0.5, 0.0, 1.0, 1.0),
+    ("47 + 38 = 85", "85", 0.5, 0.0, 1.0, 1.0),   # the last number counts
+    ("85, or maybe 86", "85", 0.4, 0.0, 1.0, 0.0),
+    ("I don't know.", "85", 0.0, 0.0, 0.0, 0.0),  # no answer
+    ("", "Paris", 0.0, 0.0, 0.0, 0.0),
+]
 
 
-def test_token_f1(domain):
-  f1 = TextDomain(domain.tokenizer, verifier="f1", max_task_tokens=8,
-                  max_answer_tokens=WIDTH - 1, max_written_tokens=32)
-  paris = domain.tokenizer("Paris", add_special_tokens=False)["input_ids"]
-  assert len(paris) == 1  # so the hand-computed values below are in whole tokens
-  pairs = [("Paris", "Paris"), ("Paris Paris", "Paris"), ("Rome", "Paris"),
-           ("The capital is Paris", "Paris"), ("Paris Rome", "Rome Paris Paris"),
-           ("", "Paris")]
-  scores = np.asarray(jax.jit(f1.verify)(*_batch(f1, pairs)))
-  assert scores[0] == 1.0 and scores[2] == 0.0 and scores[5] == 0.0
-  assert scores[1] == pytest.approx(2 / 3)  # P = 1/2, R = 1
-  for score, (response, reference) in zip(scores, pairs):
-    assert score == pytest.approx(_python_f1(f1, response, reference), abs=1e-6)
+@pytest.mark.parametrize("response,reference,f1,exact,contains,numeric",
+                         CHAT_ANSWERS)
+def test_chat_answer_verifiers(response, reference, f1, exact, contains, numeric):
+  assert tv.f1_score(response, reference) == pytest.approx(f1)
+  assert tv.squad_exact_score(response, reference) == exact
+  assert tv.contains_score(response, reference) == contains
+  assert tv.numeric_score(response, reference) == numeric
+
+
+@pytest.mark.parametrize("text,value", [
+    ("The answer is 1,234.", 1234), ("-12", -12), ("\u221212 degrees", -12),
+    ("It is +5", 5), ("3.50", 3.5), ("It costs $1,200.", 1200), ("12kg", 12),
+    ("3, 4", 4), ("It is 12.", 12), ("3 + 4 = 7", 7), ("10-3", 3),
+    ("x = -4", -4), ("12,345,678 apples", 12345678), ("no number", None),
+])
+def test_last_number_reads_what_chat_models_write(text, value):
+  assert tv.last_number(text) == value
+
+
+def test_numeric_reference_is_one_number():
+  assert tv.numeric_reference_ok(" -3 ") and tv.numeric_reference_ok("1,234")
+  assert not tv.numeric_reference_ok("85 apples")
+  assert not tv.numeric_reference_ok("")
+  assert tv.numeric_score("12.0", "12") == 1.0 and tv.numeric_score("0.5", "1/2") == 0.0
+  assert not tv.words_reference_ok("the .") and tv.words_reference_ok("Paris")
+
+
+def test_f1_through_a_digit_by_digit_tokenizer(smollm2_dir):
+  # SmolLM2 writes numbers a digit a token: as token bags "58" and "85" are
+  # equal; SQuAD's words are not. A reply without its EOS was cut off: 0.
+  from models import hf  # pylint: disable=import-outside-toplevel
+  tokenizer = hf.load_tokenizer(smollm2_dir)
+  assert len(tokenizer("58", add_special_tokens=False)["input_ids"]) == 2
+  domain = TextDomain(tokenizer, verifier="f1", max_task_tokens=8,
+                      max_answer_tokens=WIDTH - 1, max_written_tokens=32,
+                      eos_token="<|im_end|>", pad_token="<|endoftext|>")
+  pairs = [("58", "85"), ("85", "85"), ("The answer is 85", "85"),
+           (("85", False, ""), "85")]
+  scores = np.asarray(jax.jit(domain.verify)(*_batch(domain, pairs)))
+  np.testing.assert_allclose(scores, [0.0, 1.0, 0.5, 0.0])
 
 
 CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}</tool_call>'

@@ -42,10 +42,15 @@ from train.checkpoints import workdir as workdir_lib
 from train.outputs import metrics_log
 from train.outputs import progress
 from train.outputs import run_report
+from train.outputs import written_tasks
 from train.runtime import dispatch
 from train.runtime import multihost
 from train.runtime import nonfinite
 from train.runtime import preemption
+
+
+# Newest generated tasks kept per logged step (train/outputs/written_tasks.py).
+WRITTEN_TASKS_PER_LOG = 8
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
@@ -98,6 +103,7 @@ def _run(config, workdir: str, chief: bool) -> dict:
     step0_answers = checkpointing.load_step0_answers(workdir)
     if chief:
       run.jsonl.truncate_after(latest)
+      written_tasks.truncate(workdir, latest)
   _coevolve(run, state, step0_answers, resumed_from=latest)
   if not chief:
     return {}
@@ -188,6 +194,7 @@ def _start(run: _Run) -> tuple[coevolve.CoevolveState, heldout.Answers]:
   step0_metrics = dict(step0_metrics, **eval_metrics)
   if run.chief:  # what an attempt killed before checkpoint 0 committed left
     run.jsonl.truncate_after(-1)
+    written_tasks.truncate(run.workdir, -1)
   run.writer.write_scalars(0, step0_metrics)
   if run.chief:
     checkpointing.save_step0_answers(run.workdir, step0_answers)
@@ -254,6 +261,9 @@ def _coevolve(run: _Run, state: coevolve.CoevolveState,
         if first_call_s is not None:
           metrics["perf/step_compile_s"], first_call_s = first_call_s, None
         writer.write_scalars(step, metrics)
+        if run.chief and jax.process_count() == 1:  # D_train on this host
+          written_tasks.append(run.workdir, step, written_tasks.sample(
+              run.domain, state.pool, WRITTEN_TASKS_PER_LOG))
         summary_line = (f"success {metrics['env/success_rate']:.2f}  "
                         f"difficulty {metrics['env/difficulty_mean']:.2f}  "
                         f"valid {metrics['env/valid_frac']:.2f}  "

@@ -12,6 +12,8 @@ which domain it runs.
   arithmetic/       additions (domain.py; data.py: the tensorflow-datasets builder)
   maze/             grids the agent walks (domain.py: parse and the JAX environment;
                     data.py: random seed grids and the warm-start's edits)
+  chat_arithmetic/  arithmetic questions in words for chat models, answers
+                    computed by the domain (domain.py; data.py: drawn questions)
   text/             prompt/answer text tasks on a real tokenizer (domain.py,
                     verifiers.py, data.py: JSONL / parquet / BFCL records)
   bfcl_multi_turn/  BFCL multi-turn tool use (domain.py; env.py: the host
@@ -41,6 +43,8 @@ from genenv_jax.domains.alfworld.domain import AlfworldDomain
 from genenv_jax.domains.arithmetic import data as arithmetic_data
 from genenv_jax.domains.arithmetic.domain import ArithmeticDomain
 from genenv_jax.domains.base import ParsedTasks, TaskDomain
+from genenv_jax.domains.chat_arithmetic import data as chat_arithmetic_data
+from genenv_jax.domains.chat_arithmetic.domain import ChatArithmeticDomain
 from genenv_jax.domains.bfcl_multi_turn import data as bfcl_multi_turn_data
 from genenv_jax.domains.bfcl_multi_turn.domain import BfclMultiTurnDomain
 from genenv_jax.domains.maze import data as maze_data
@@ -68,6 +72,8 @@ class Registered(NamedTuple):
 DOMAINS: dict[str, Registered] = {
     "arithmetic": Registered(ArithmeticDomain, arithmetic_data.seed_splits),
     "text": Registered(TextDomain, text_data.seed_splits),
+    "chat_arithmetic": Registered(ChatArithmeticDomain,
+                                  chat_arithmetic_data.seed_splits),
     "maze": Registered(MazeDomain, maze_data.seed_splits,
                        maze_data.edited_variations),
     "bfcl_multi_turn": Registered(BfclMultiTurnDomain,
@@ -103,6 +109,7 @@ def seed_splits(config: Any, domain: TaskDomain, data_dir: str
   return registered(config.task.name).seed_splits(domain, config, data_dir)
 
 
-__all__ = ["DOMAINS", "AlfworldDomain", "ArithmeticDomain", "BfclMultiTurnDomain", "MazeDomain", "ParsedTasks",
+__all__ = ["DOMAINS", "AlfworldDomain", "ArithmeticDomain", "BfclMultiTurnDomain",
+           "ChatArithmeticDomain", "MazeDomain", "ParsedTasks",
            "Registered", "TaskDomain", "TextDomain", "TravelPlannerDomain", "get_domain", "registered",
            "seed_splits"]

@@ -1,6 +1,7 @@
 """A run's report: PNG plots of the co-evolution dynamics and summary.json.
 
-Reads only workdir/metrics.jsonl, so it can be regenerated at any time:
+Reads only workdir/metrics.jsonl (and written_tasks.jsonl, the simulator's
+tasks over the run, into written_tasks.md), so it can be regenerated at any time:
   python -m train.outputs.run_report --workdir=runs/default
 """
 
@@ -15,6 +16,7 @@ import numpy as np
 from train import heldout
 from train.checkpoints import workdir as workdir_lib
 from train.outputs import metrics_log
+from train.outputs import written_tasks
 
 
 def _series(records, name):
@@ -61,6 +63,11 @@ def summarize(records, alpha: float, band: float) -> dict:
         "success_rate_last": float(success[-1]),
         "second_half_in_band_frac": float(in_band[half].mean()),
     })
+    valid_steps, valid = _series(records, "env/valid_frac")
+    if len(valid_steps):  # the share of generations that were valid tasks
+      summary["valid_fraction_first"] = float(valid[0])
+      summary["valid_fraction_second_half_mean"] = float(
+          valid[valid_steps > steps.max() / 2].mean())
     _, difficulty = _series(records, "env/difficulty_mean")
     summary["difficulty_first"] = float(difficulty[0])
     summary["difficulty_last"] = float(difficulty[-1])
@@ -238,6 +245,9 @@ def write_report(workdir: str, config) -> dict:
   alpha, band = config.curriculum.alpha, config.curriculum.band
   summary = summarize(records, alpha, band)
   summary["plots"] = plot(records, out_dir, alpha, band, summary)
+  written = written_tasks.markdown(written_tasks.read(workdir))
+  if written:
+    (out_dir / "written_tasks.md").write_text(written)
   (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
   return summary
 

@@ -641,9 +641,6 @@ class TextDomain(TaskDomain):
       return text_verifiers.exact_match(response, response_mask, reference,
                                         reference_mask, self.eos_id, self.tables,
                                         self.marker_variants)
-    if self.verifier == "f1":
-      return text_verifiers.token_f1(response, response_mask, reference, reference_mask,
-                                     self.eos_id, self.tables, self.marker_variants)
     return text_verifiers.host_scores(self._host, self._decode, self.eos_id,
                                       self.vocab_size, response, response_mask,
                                       reference, reference_mask, self._extract)

@@ -12,9 +12,6 @@ dropped. (Normalisation is per token: a word the tokenizer splits differently in
 the two texts does not match.)
 
   exact     1.0 iff the normalised response equals the normalised reference.
-  f1        token-F1 of the normalised spans as bags of tokens (SQuAD-style, on
-            token ids): 2PR / (P + R) with P = common / response length, R =
-            common / reference length.
 
 Host verifiers decode both spans with the tokenizer and score the text in Python,
 called from inside the jitted step through `jax.pure_callback`, by each device on
@@ -26,6 +23,18 @@ lengths of the two texts; tool_call, bfcl and api_bank score 0 on text past
 `scoring.bfcl`'s limits (MAX_OUTPUT_CHARS, MAX_CALLS, MAX_INT_DIGITS,
 MAX_ARITHMETIC_SIZE).
 
+  f1        SQuAD's word F1 (`scoring.qa`: lower case, no punctuation, no
+            articles, split at whitespace): 2PR / (P + R) over the words as
+            bags, so "58" shares no word with "85" (a tokenizer that writes
+            numbers digit by digit would give token bags a perfect match).
+  squad_exact  1.0 iff the SQuAD-normalised texts are equal.
+  contains  1.0 iff the SQuAD-normalised reference's words occur in the
+            response's as a run of whole words ("The capital of France is
+            Paris." contains "Paris"; "Parisian" does not).
+  numeric   the response's last number (`last_number`: thousands commas,
+            signs, decimals; a sentence's closing point is no decimal point)
+            equals the reference's, compared as numbers; the reference must be
+            one number.
   tool_call `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks: the
             response's calls equal the reference's as a multiset (order-free), names
             exactly and arguments after `scoring.apibank.canonical` (whitespace and
@@ -70,6 +79,7 @@ for an array of strings) and whether the schema requires it:
 
 from __future__ import annotations
 
+import fractions
 import json
 import re
 from typing import Any, Callable, NamedTuple, Sequence
@@ -81,9 +91,11 @@ import numpy as np
 from genenv_jax import sharding
 from genenv_jax.scoring import apibank
 from genenv_jax.scoring import bfcl
+from genenv_jax.scoring import qa
 
-IN_GRAPH_VERIFIERS = ("exact", "f1")
-HOST_VERIFIERS = ("tool_call", "boxed", "bfcl", "api_bank")
+IN_GRAPH_VERIFIERS = ("exact",)
+HOST_VERIFIERS = ("f1", "squad_exact", "contains", "numeric", "tool_call",
+                  "boxed", "bfcl", "api_bank")
 VERIFIERS = IN_GRAPH_VERIFIERS + HOST_VERIFIERS
 IN_GRAPH_ANSWERS = ("all", "final_answer")
 ANSWERS_FROM = IN_GRAPH_ANSWERS + ("last_boxed", "last_tool_call")
@@ -294,34 +306,6 @@ def exact_match(response: jax.Array, response_mask: jax.Array, reference: jax.Ar
   return (scorable & same).astype(jnp.float32)
 
 
-def token_f1(response: jax.Array, response_mask: jax.Array, reference: jax.Array,
-             reference_mask: jax.Array, eos_id: int, tables: TokenTables,
-             markers: Sequence[Sequence[int]] = ()) -> jax.Array:
-  """Token-F1 of the normalised response and reference spans (bags of token ids).
-
-  Common tokens are counted with multiplicity: the i-th occurrence of a token in the
-  response is common when the reference holds that token at least i times.
-
-  Args: as `exact_match`.
-
-  Returns:
-    float32[M] in [0, 1]; 0 when either span is empty.
-  """
-  scorable, got, got_len, want, want_len = _spans(
-      response, response_mask, reference, reference_mask, eos_id, tables, markers)
-  real = got >= 0
-  equal_in_response = (got[:, :, None] == got[:, None, :]) & real[:, None, :]
-  earlier = jnp.tril(jnp.ones((got.shape[1], got.shape[1]), bool), k=-1)
-  occurrence = jnp.sum(equal_in_response & earlier[None], axis=2)
-  in_reference = jnp.sum((got[:, :, None] == want[:, None, :]) & (want >= 0)[:, None, :],
-                         axis=2)
-  common = jnp.sum(real & (occurrence < in_reference), axis=1).astype(jnp.float32)
-  precision = common / jnp.maximum(got_len, 1)
-  recall = common / jnp.maximum(want_len, 1)
-  f1 = 2 * precision * recall / jnp.maximum(precision + recall, 1e-9)
-  return jnp.where(scorable & (got_len > 0), f1, 0.0).astype(jnp.float32)
-
-
 # ----------------------------------------------------------------- host scoring
 
 
@@ -520,6 +504,64 @@ def api_bank_reference_ok(reference: str) -> bool:
     return False
 
 
+def f1_score(response: str, reference: str) -> float:
+  """SQuAD's word F1 of the response against the reference (`scoring.qa`)."""
+  return qa.token_f1(response, [reference])
+
+
+def squad_exact_score(response: str, reference: str) -> float:
+  """1.0 iff the SQuAD-normalised response equals the normalised reference."""
+  return qa.exact_match(response, [reference])
+
+
+def contains_score(response: str, reference: str) -> float:
+  """1.0 iff the normalised reference's words are a run of the normalised
+  response's words."""
+  got = qa.normalize_answer(response).split()
+  want = qa.normalize_answer(reference).split()
+  return float(bool(want) and any(got[i:i + len(want)] == want
+                                  for i in range(len(got) - len(want) + 1)))
+
+
+def words_reference_ok(reference: str) -> bool:
+  """Whether the reference keeps a word after SQuAD normalisation."""
+  return bool(qa.normalize_answer(reference))
+
+
+# A number as chat models write one: a sign, digits with thousands commas
+# (groups of three) or none, an optional decimal part. A comma not followed
+# by three digits and a non-digit ends the number ("3, 4" is two numbers);
+# so does a point not followed by a digit ("is 12."). A sign after a word
+# or digit is an operator ("10-3" ends in 3).
+_NUMBER = re.compile(r"(?:(?<![\w.])([-+\u2212]))?(?<![\d.])"
+                     r"(\d{1,3}(?:,\d{3})+(?!\d)|\d+)(\.\d+)?")
+
+
+def last_number(text: str) -> fractions.Fraction | None:
+  """The value of the last number written in `text` (`_NUMBER`: "1,234",
+  "-12", "−12", "+5", "3.50", "$1,200", "12kg"; a sentence's closing point is
+  no decimal point), exactly; None when the text holds no number."""
+  found = list(_NUMBER.finditer(text))
+  if not found:
+    return None
+  sign, digits, decimals = found[-1].groups()
+  value = fractions.Fraction(digits.replace(",", "") + (decimals or ""))
+  return -value if sign in ("-", "\u2212") else value
+
+
+def numeric_score(response: str, reference: str) -> float:
+  """1.0 iff the response's last number equals the reference's (as numbers:
+  "12.0" is 12), else 0.0; a response with no number scores 0."""
+  got, want = last_number(response), last_number(reference)
+  return float(got is not None and want is not None and got == want)
+
+
+def numeric_reference_ok(reference: str) -> bool:
+  """Whether the reference is exactly one number (surrounding space aside)."""
+  match = _NUMBER.fullmatch(reference.strip())
+  return match is not None
+
+
 def final_answer_text(text: str, marker: str) -> str | None:
   """The rest of the line after the text's last `marker`, stripped; None without one."""
   at = text.rfind(marker)
@@ -589,10 +631,14 @@ class HostVerifier(NamedTuple):
 
 
 HOST_SCORERS: dict[str, HostVerifier] = {
+    "f1": HostVerifier(f1_score, words_reference_ok),
+    "squad_exact": HostVerifier(squad_exact_score, words_reference_ok),
+    "contains": HostVerifier(contains_score, words_reference_ok),
     "tool_call": HostVerifier(tool_call_score, tool_call_reference_ok),
     "boxed": HostVerifier(boxed_score, boxed_reference_ok),
     "bfcl": HostVerifier(bfcl_score, bfcl_reference_ok),
     "api_bank": HostVerifier(api_bank_score, api_bank_reference_ok),
+    "numeric": HostVerifier(numeric_score, numeric_reference_ok),
 }
 
 

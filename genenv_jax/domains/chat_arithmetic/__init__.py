@@ -1,0 +1,1 @@
+"""Arithmetic questions in words for chat models: the domain computes each answer."""
