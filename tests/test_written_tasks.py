@@ -54,5 +54,7 @@ def test_records_append_truncate_and_render(tmp_path):
   text = written_tasks.markdown(written_tasks.read(workdir))
   assert "## Step 5" in text and "## Step 10" in text and "## Step 15" in text
   assert "- level 2, success -1.00: `What is 6 × 7?`" in text
+  written_tasks.append(workdir, 20, [])  # nothing valid written: not shown
+  assert written_tasks.markdown(written_tasks.read(workdir)) == text
   written_tasks.truncate(workdir, -1)
   assert written_tasks.read(workdir) == [] and written_tasks.markdown([]) == ""

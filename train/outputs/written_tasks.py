@@ -75,7 +75,9 @@ def truncate(workdir: str, step: int) -> None:
 
 
 def markdown(records: list[dict], shown: int = 3) -> str:
-  """The first, middle and last records as a Markdown list, per level."""
+  """The first, middle and last records that hold tasks as a Markdown list,
+  per level ("" when none does)."""
+  records = [r for r in records if r["tasks"]]
   if not records:
     return ""
   picks = sorted({0, len(records) // 2, len(records) - 1})
