@@ -431,7 +431,9 @@ def _write_demo_run(sweep_dir, domain, seed, fixed, broken, gain):
               "eval/accuracy_d2": 0.3}]
   for step in range(1, 5):  # windows 1-2: out of band; 3: in; 4: out
     records.append({"step": step, "env/difficulty_mean": 1.5,
-                    "env/success_rate": (0.9, 0.9, 0.5, 0.6 + seed / 10)[step - 1]})
+                    "env/success_rate": (0.9, 0.9, 0.5, 0.6 + seed / 10)[step - 1],
+                    # second half (steps 3, 4): valid (0.8 + 0.9 + seed/10) / 2
+                    "env/valid_frac": (0.2, 0.4, 0.8, 0.9 + seed / 10)[step - 1]})
   records.append({
       "step": 4, "eval/accuracy": 0.5 + gain, "eval/accuracy_d1": 1.0,
       "eval/accuracy_d2": 0.3 + gain, "eval/frontier_fixed": fixed,
@@ -459,16 +461,16 @@ def test_seeds_table_gives_each_run_the_range_and_the_pooled_counts(
   header = "| arm | α | seed | 2nd-half windows in band"
   # Second half (steps 3, 4): step 3 in band; step 4 in band at seed 0 only.
   assert _row(text, "default", 0.5, header)[2:] == [
-      "0", "100%", "d2", "10 / 2 (p=0.019)", "+0.050 [+0.040, +0.060]",
+      "0", "100%", "85%", "d2", "10 / 2 (p=0.019)", "+0.050 [+0.040, +0.060]",
       "0.500 → 0.550", "5.0"]
   pooled = _row(text, "**default: range over 3 seeds**", 0.5, header)
   p = heldout.sign_test_p(26, 8, "greater")
-  assert pooled[2:] == ["0, 1, 2", "50% – 100%", "",
+  assert pooled[2:] == ["0, 1, 2", "50% – 100%", "85% – 95%", "",
                         f"pooled 26 / 8 (p={p:.2g})", "+0.020 – +0.050",
                         "+0.020 – +0.050 (change)", "5.0 – 7.0"]
   # The maze runs form their own group, with their own range.
-  assert _row(text, "maze: default", 0.5, header)[5] == "4 / 4 (p=0.64)"
+  assert _row(text, "maze: default", 0.5, header)[6] == "4 / 4 (p=0.64)"
   assert _row(text, "**maze: default: range over 1 seeds**", 0.5,
-              header)[6:8] == ["-0.010", "-0.010 (change)"]
+              header)[7:9] == ["-0.010", "-0.010 (change)"]
   assert report.reference_of("maze: frozen_env [hard]") == "maze: genenv [hard]"
   assert report.reference_of("frozen_env") == "genenv"

@@ -294,10 +294,18 @@ def _span(values, spec: str) -> str:
   return f"{low:{spec}} – {high:{spec}}"
 
 
+def _valid(summary: dict) -> str:
+  """The share of the simulator's generations that were valid tasks over the
+  run's second half ("–" for a run that logged none: scripted arms)."""
+  value = summary.get("valid_fraction_second_half_mean")
+  return "–" if value is None else f"{value:.0%}"
+
+
 def seeds_table(groups) -> list[str]:
   """The demo's figures run by run (one row per seed), then per (arm, α)
   their range over the seeds and the frontier counts pooled over them: the
-  share of second-half log windows with success in the α band; the step-0
+  share of second-half log windows with success in the α band; the share of
+  valid generations over the second half; the step-0
   frontier levels (train/heldout.FRONTIER) and, pooled over them, the
   held-out tasks fixed / broken against the step-0 agent with the one-sided
   sign test's p; the paired change in sampled success there with its 95%
@@ -316,7 +324,7 @@ def seeds_table(groups) -> list[str]:
               f"{s['eval/frontier_sampled_gain_high']:+.3f}]")
       rows.append([
           arm, f"{alpha:g}", r.replicate,
-          f"{s['second_half_in_band_frac']:.0%}",
+          f"{s['second_half_in_band_frac']:.0%}", _valid(s),
           ", ".join(f"d{d}" for d in s["frontier_levels"]) or "none",
           f"{s['eval/frontier_fixed']:.0f} / {s['eval/frontier_broken']:.0f}"
           f" (p={s['eval/frontier_sign_test_p']:.2g})", gain,
@@ -328,10 +336,14 @@ def seeds_table(groups) -> list[str]:
     gains = [s["eval/frontier_sampled_gain"] for s in summaries
              if "eval/frontier_sampled_gain" in s]
     walls = [r.wall_time_s / 60 for r in runs if r.wall_time_s is not None]
+    valids = [s["valid_fraction_second_half_mean"] for s in summaries
+              if "valid_fraction_second_half_mean" in s]
     rows.append([
         f"**{arm}: range over {len(runs)} seeds**", f"{alpha:g}",
         ", ".join(r.replicate for r in runs),
-        _span([s["second_half_in_band_frac"] for s in summaries], ".0%"), "",
+        _span([s["second_half_in_band_frac"] for s in summaries], ".0%"),
+        _span(valids, ".0%") if valids else "–",
+        "",
         f"pooled {fixed} / {broken} "
         f"(p={heldout.sign_test_p(fixed, broken, 'greater'):.2g})",
         _span(gains, "+.3f") if gains else "–",
@@ -341,7 +353,7 @@ def seeds_table(groups) -> list[str]:
   if not rows:
     return []
   return _table(["arm", "α", "seed", "2nd-half windows in band",
-                 "frontier levels", "frontier fixed / broken (one-sided p)",
+                 "valid generations (2nd half)", "frontier levels", "frontier fixed / broken (one-sided p)",
                  "frontier sampled success, change [95% CI]",
                  "held-out accuracy (step 0 → end)", "wall time (min)"],
                 rows)
