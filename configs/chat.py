@@ -75,11 +75,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.warmstart.update(agent_steps=0, simulator_steps=20, batch_size=16,
                      learning_rate=1e-4, checkpoint_every=10)
   # Stage 2: 4 seeds x 2 questions + 8 replayed, 4 attempts each (64 replies a
-  # step); seeds and replay by learnability, as the arithmetic demo.
+  # step). Seeds as the maze demo's: by what seeds of each level yield (the
+  # agent's recent success on the questions written from seeds of that level,
+  # agent/offspring_success_d<l>), the two levels bracketing α mixed so that
+  # the expected success is α (pool.level_target_weights). Drawn by each
+  # question's own recorded success (learnability), most seeds are questions
+  # never attempted, so every level is drawn alike and the success on what
+  # the simulator writes sat at 0.33-0.38, under the band (docs/real_models.md).
   c.coevolve.update(num_steps=40, num_seeds=4, variations=2, attempts=4,
                     agent_minibatches=2, sampling_layout="training",
                     simulator_temperature=0.7, agent_temperature=0.7,
-                    seed_selection="learnability", scripted_bank_per_level=256)
+                    seed_selection="level_target",
+                    seed_level_estimate="offspring",
+                    scripted_bank_per_level=256)
   c.pool.update(capacity=2048, num_base=512, base_max_difficulty=c.task.max_difficulty,
                 replay_tasks=8, replay_selection="learnability",
                 generation_capacity=256)

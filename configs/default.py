@@ -204,9 +204,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # attempts disagree, i.e. that carry a GRPO signal) or "valid" (all).
       keep="band",
       rwr_temperature=1.0,   # λ in the RWR weights exp(λ R_env)
-      # "alpha" (GenEnv) | "uncertainty" 1 - 2|p̂ - ½| | "learnability"
-      # 1 - p̂ if 0 < p̂ < 1 else 0.
+      # A name of genenv_jax/curriculum.py's REWARDS: "alpha" (GenEnv) |
+      # "uncertainty" 1 - 2|p̂ - ½| (R-Zero) | "learnability" 1 - p̂ if
+      # 0 < p̂ < 1 else 0 (Absolute Zero) | "variance" p̂(1 - p̂) (No Regrets).
       reward="alpha",
+      # R-Zero's repetition penalty, under any reward: a task's R_env less
+      # λ |C| / B (floored at 0), |C| the valid tasks of the batch whose
+      # token-bigram overlap with it is >= repetition_similarity (itself
+      # included), B the valid tasks (curriculum.repetition_penalty). 0: off.
+      repetition_penalty=0.0,
+      repetition_similarity=0.5,
       per_seed=True,         # p̂ pooled over a seed's m variations (m·G attempts, the
                              # paper's per-batch count) rather than per task (G)
       success_threshold=1.0,  # an attempt succeeds when its reward >= this

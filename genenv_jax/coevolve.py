@@ -212,16 +212,17 @@ def attempt_stage(domain: TaskDomain) -> Callable[..., Attempts]:
   return attempt if domain.environment is None else play_episodes
 
 
-def curriculum_signals(config, fresh: ParsedTasks, success: jax.Array
-                       ) -> curriculum.CurriculumOutput:
+def curriculum_signals(config, domain: TaskDomain, fresh: ParsedTasks,
+                       success: jax.Array) -> curriculum.CurriculumOutput:
   """Stage 5: p̂, R_env, the band and the RWR weights of the M fresh tasks
   from their attempts' success f32[M, G] (`Attempts.success`; seed-major:
-  row i is seed i // m)."""
+  row i is seed i // m); their written rows `fresh.task` (pad after the
+  task) for the repetition penalty."""
   num_fresh = fresh.valid.shape[0]
   return curriculum.compute(
       success, fresh.valid, config.curriculum,
       jnp.arange(num_fresh) // config.coevolve.variations,
-      config.coevolve.num_seeds)
+      config.coevolve.num_seeds, fresh.task, fresh.task != domain.pad_id)
 
 
 def grpo_batch(config, players: Players, agent: PlayerState,
@@ -589,7 +590,7 @@ def make_step(config, domain: TaskDomain, players: Players,
     attempts = attempts_of(config, domain, players, state.agent, tasks,
                            keys.agent)
     # 5. Curriculum signals on the fresh tasks.
-    signals = curriculum_signals(config, fresh,
+    signals = curriculum_signals(config, domain, fresh,
                                  attempts.success[:fresh.valid.shape[0]])
     # 6. Agent: GRPO on every valid task's attempts.
     agent, agent_metrics = agent_update(

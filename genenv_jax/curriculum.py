@@ -5,7 +5,9 @@ computes, per task (or pooled over the variations of one seed task):
 
   p̂       the agent's success rate,
   R_env    the simulator's reward for having written the task, by default the
-           α-curriculum reward exp(-β (p̂ - α)²) (GenEnv, arXiv 2512.19682),
+           α-curriculum reward exp(-β (p̂ - α)²) (GenEnv, arXiv 2512.19682);
+           any reward of REWARDS (config.curriculum.reward), optionally less
+           R-Zero's repetition penalty on near-duplicate tasks of the batch,
   keep     the tasks that enter the simulator's update (curriculum.keep):
            by default the difficulty filter |p̂ - α| <= k_min (and valid),
            applied under every reward,
@@ -18,13 +20,12 @@ documented in configs/default.py (the one source of defaults).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import flax
 import jax
 import jax.numpy as jnp
 
-REWARDS = ("alpha", "uncertainty", "learnability")
 # Which valid tasks enter the simulator update (config.curriculum.keep).
 KEEPS = ("band", "informative", "valid")
 
@@ -104,20 +105,93 @@ def uncertainty_reward(p_hat: jax.Array) -> jax.Array:
 
 
 def learnability_reward(p_hat: jax.Array) -> jax.Array:
-  """1 - p̂ for 0 < p̂ < 1, else 0 (never solved or always solved); f32[...]."""
+  """1 - p̂ for 0 < p̂ < 1, else 0 (never solved or always solved); f32[...].
+
+  Absolute Zero's proposer reward (Zhao et al., 2025, arXiv 2505.03335)."""
   return jnp.where((p_hat > 0.0) & (p_hat < 1.0), 1.0 - p_hat, 0.0)
 
 
+def variance_reward(p_hat: jax.Array) -> jax.Array:
+  """p̂ (1 - p̂): the variance of a task's binary success, ¼ at p̂ = ½, 0 at
+  p̂ ∈ {0, 1}; f32[...].
+
+  The learnability score of "No Regrets" (Rutherford et al., 2024, arXiv
+  2408.15099) and of learnability sampling (Foster & Foerster, 2025); the
+  expected squared policy-gradient norm of a binary reward. Its peak is ¼,
+  not 1: at one RWR temperature its weights are 4× flatter than those of
+  `uncertainty_reward` (scale curriculum.rwr_temperature to compare).
+  """
+  return p_hat * (1.0 - p_hat)
+
+
+# The simulator's rewards by name (config.curriculum.reward): each maps p̂
+# f32[...] and the config.curriculum block to R_env f32[...]. A new reward is
+# one entry here (train/config_validation.py reads the names).
+RewardFn = Callable[[jax.Array, Any], jax.Array]
+REWARDS: dict[str, RewardFn] = {
+    "alpha": lambda p_hat, cfg: alpha_reward(p_hat, cfg.alpha, cfg.beta),
+    "uncertainty": lambda p_hat, cfg: uncertainty_reward(p_hat),
+    "learnability": lambda p_hat, cfg: learnability_reward(p_hat),
+    "variance": lambda p_hat, cfg: variance_reward(p_hat),
+}
+
+
 def curriculum_reward(p_hat: jax.Array, cfg: Any) -> jax.Array:
-  """R_env(p̂) chosen by cfg.reward (one of REWARDS); p_hat: f32[...]."""
-  if cfg.reward == "alpha":
-    return alpha_reward(p_hat, cfg.alpha, cfg.beta)
-  if cfg.reward == "uncertainty":
-    return uncertainty_reward(p_hat)
-  if cfg.reward == "learnability":
-    return learnability_reward(p_hat)
-  raise ValueError(f"config.curriculum.reward = {cfg.reward!r} is not one of "
-                   f"{REWARDS}.")
+  """R_env(p̂) chosen by cfg.reward (a name of REWARDS); p_hat: f32[...]."""
+  if cfg.reward not in REWARDS:
+    raise ValueError(f"config.curriculum.reward = {cfg.reward!r} is not one "
+                     f"of {tuple(REWARDS)}.")
+  return REWARDS[cfg.reward](p_hat, cfg)
+
+
+# Buckets of the hashed token-bigram counts `task_similarity` compares.
+SIMILARITY_BUCKETS = 4096
+
+
+def task_similarity(tasks: jax.Array, mask: jax.Array) -> jax.Array:
+  """f32[M, M] token overlap between M written tasks: the Jaccard index of
+  their token-bigram multisets, Σ_b min(c_i(b), c_j(b)) / Σ_b max(c_i(b),
+  c_j(b)) over bigram counts c (hashed into SIMILARITY_BUCKETS buckets); 1
+  for identical token rows, 0 for tasks sharing no bigram or with none.
+
+  Args:
+    tasks: int32[M, T] written-task tokens.
+    mask: bool[M, T] true on the task's tokens (pad excluded).
+  """
+  num_tasks = tasks.shape[0]
+  tokens = tasks.astype(jnp.uint32)
+  # A bigram (a, b) at positions (t, t + 1), both inside the task.
+  bigram = tokens[:, :-1] * jnp.uint32(1_000_003) + tokens[:, 1:]
+  present = (mask[:, :-1] & mask[:, 1:]).astype(jnp.float32)
+  bucket = (bigram % SIMILARITY_BUCKETS).astype(jnp.int32)
+  counts = jnp.zeros((num_tasks, SIMILARITY_BUCKETS), jnp.float32).at[
+      jnp.arange(num_tasks)[:, None], bucket].add(present)
+  both = jnp.minimum(counts[:, None, :], counts[None, :, :]).sum(-1)
+  either = jnp.maximum(counts[:, None, :], counts[None, :, :]).sum(-1)
+  return jnp.where(either > 0, both / jnp.maximum(either, 1.0), 0.0)
+
+
+def repetition_penalty(tasks: jax.Array, mask: jax.Array, valid: jax.Array,
+                       penalty: float, threshold: float) -> jax.Array:
+  """f32[M] R-Zero's repetition penalty λ |C_i| / B (Huang et al., 2025,
+  arXiv 2508.05004, §3.2): C_i the valid tasks of the batch near task i
+  (itself included), B the number of valid tasks, λ = `penalty`; 0 on
+  invalid tasks.
+
+  R-Zero clusters a batch's questions by BLEU distance; here task j is near
+  task i when their `task_similarity` is >= `threshold` (no transitive
+  closure: each task counts its own neighbours). So a task written once in a
+  batch of B costs λ / B, and k copies of one question cost λ k / B each.
+
+  Args:
+    tasks: int32[M, T] written-task tokens; mask: bool[M, T] their tokens.
+    valid: bool[M] the tasks that count (an invalid one is near nothing).
+  """
+  valid = valid.astype(bool)
+  near = (task_similarity(tasks, mask) >= threshold) & valid[None, :]
+  cluster = jnp.sum(near, axis=1).astype(jnp.float32)
+  batch = jnp.maximum(jnp.sum(valid).astype(jnp.float32), 1.0)
+  return jnp.where(valid, penalty * cluster / batch, 0.0)
 
 
 def in_band(p_hat: jax.Array, valid: jax.Array, alpha: float,
@@ -151,7 +225,9 @@ def rwr_weights(reward: jax.Array, keep: jax.Array,
 
 def compute(rewards: jax.Array, valid: jax.Array, cfg: Any,
             group_ids: jax.Array | None = None,
-            num_groups: int | None = None) -> CurriculumOutput:
+            num_groups: int | None = None,
+            tasks: jax.Array | None = None,
+            task_mask: jax.Array | None = None) -> CurriculumOutput:
   """All curriculum signals for one generated batch.
 
   Args:
@@ -160,10 +236,13 @@ def compute(rewards: jax.Array, valid: jax.Array, cfg: Any,
     cfg: the `config.curriculum` block (configs/default.py). cfg.keep
       chooses the valid tasks kept: "band" (|p̂ - α| <= cfg.band),
       "informative" (0 < p̂ < 1: some attempts succeed and some fail) or
-      "valid" (all).
+      "valid" (all). cfg.repetition_penalty > 0 lowers each reward by
+      `repetition_penalty` (floored at 0, as R-Zero's).
     group_ids: int32[M] seed id per task; required when cfg.per_seed and
       ignored otherwise.
     num_groups: number of seeds (static); required when cfg.per_seed.
+    tasks, task_mask: int32[M, T] / bool[M, T] the written tasks' tokens;
+      required when cfg.repetition_penalty > 0.
 
   Returns:
     CurriculumOutput with p̂, R_env (0 for invalid tasks), the kept tasks and
@@ -179,6 +258,13 @@ def compute(rewards: jax.Array, valid: jax.Array, cfg: Any,
     p_hat = success_rate(rewards, valid, threshold=cfg.success_threshold)
   valid = valid.astype(bool)
   reward = jnp.where(valid, curriculum_reward(p_hat, cfg), 0.0)
+  if cfg.repetition_penalty > 0:
+    if tasks is None or task_mask is None:
+      raise ValueError("config.curriculum.repetition_penalty > 0: compute "
+                       "needs the written tasks (tasks, task_mask).")
+    reward = jnp.maximum(reward - repetition_penalty(
+        tasks, task_mask, valid, cfg.repetition_penalty,
+        cfg.repetition_similarity), 0.0)
   if cfg.keep == "band":
     keep = in_band(p_hat, valid, cfg.alpha, cfg.band)
   elif cfg.keep == "informative":

@@ -233,7 +233,7 @@ def _step_directions(config, domain, players, state, shardings, mesh):
         config, domain, players, state.agent,
         coevolve._concat_parsed(generation.tasks, replay), keys.agent)  # pylint: disable=protected-access
     signals = coevolve.curriculum_signals(
-        config, generation.tasks,
+        config, domain, generation.tasks,
         attempts.success[:generation.tasks.valid.shape[0]])
     return generation, attempts, signals
 

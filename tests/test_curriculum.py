@@ -77,13 +77,89 @@ def test_curriculum_reward_dispatch_and_unknown_name():
   for name, expected in (("alpha", [math.exp(-5.0), math.exp(-1.25),
                                     math.exp(-1.25)]),
                          ("uncertainty", [0.0, 0.5, 0.5]),
-                         ("learnability", [0.0, 0.75, 0.25])):
+                         ("learnability", [0.0, 0.75, 0.25]),
+                         ("variance", [0.0, 0.1875, 0.1875])):
     cfg.reward = name
     np.testing.assert_allclose(curriculum.curriculum_reward(p_hat, cfg),
                                expected, rtol=1e-6)
   cfg.reward = "novelty"
   with pytest.raises(ValueError, match=r"config\.curriculum\.reward.*alpha"):
     curriculum.curriculum_reward(p_hat, cfg)
+
+
+def test_variance_reward_peaks_at_a_quarter_and_is_0_at_0_and_1():
+  p_hat = jnp.array([0.0, 0.25, 0.5, 0.75, 1.0])
+  np.testing.assert_allclose(curriculum.variance_reward(p_hat),
+                             [0.0, 0.1875, 0.25, 0.1875, 0.0])
+
+
+def test_an_unknown_reward_is_refused_by_the_config_check_naming_the_choices():
+  from train import config_validation  # pylint: disable=g-import-not-at-top
+  config = default.get_config()
+  config.curriculum.reward = "novelty"
+  with pytest.raises(ValueError, match=r"curriculum\.reward.*'alpha'.*'variance'"):
+    config_validation.validate(config, 8)
+
+
+# Five written tasks (token rows, 0 the pad): 0 and 1 the same question, 2 the
+# same question with its last number changed, 3 another question, 4 invalid.
+TASKS = jnp.array([[5, 6, 7, 8, 9, 0],
+                   [5, 6, 7, 8, 9, 0],
+                   [5, 6, 7, 8, 3, 0],
+                   [11, 12, 13, 0, 0, 0],
+                   [5, 6, 7, 8, 9, 0]])
+TASK_MASK = TASKS != 0
+TASK_VALID = jnp.array([True, True, True, True, False])
+
+
+def test_task_similarity_is_the_jaccard_index_of_token_bigrams():
+  sim = curriculum.task_similarity(TASKS, TASK_MASK)
+  # 0, 1: the same 4 bigrams; 0, 2: 3 shared of 4 + 4 - 3 = 5 distinct;
+  # 0, 3: none shared.
+  np.testing.assert_allclose(sim[0, 1], 1.0)
+  np.testing.assert_allclose(sim[0, 2], 3 / 5, rtol=1e-6)
+  np.testing.assert_allclose(sim[0, 3], 0.0)
+  np.testing.assert_allclose(sim, sim.T)
+  # Pad is not a token: the same task with more pad after it is the same.
+  padded = jnp.array([[11, 12, 13, 0, 0, 0], [11, 12, 13, 0, 0, 0]])
+  np.testing.assert_allclose(
+      curriculum.task_similarity(padded, padded != 0)[0, 1], 1.0)
+  # A repeated bigram counts as often as it occurs (multisets).
+  rep = jnp.array([[1, 2, 1, 2, 0], [1, 2, 0, 0, 0]])
+  np.testing.assert_allclose(curriculum.task_similarity(rep, rep != 0)[0, 1],
+                             1 / 3, rtol=1e-6)
+
+
+def test_repetition_penalty_counts_the_near_duplicates_of_each_valid_task():
+  # At threshold 0.5: tasks 0, 1, 2 are one another's neighbours (3 each),
+  # task 3 only its own (1); the invalid copy 4 neither counts nor is
+  # penalised. B = 4 valid tasks, λ = 0.8.
+  penalty = curriculum.repetition_penalty(TASKS, TASK_MASK, TASK_VALID, 0.8,
+                                          0.5)
+  np.testing.assert_allclose(penalty, [0.6, 0.6, 0.6, 0.2, 0.0], rtol=1e-6)
+  # At 0.9 the changed number splits task 2 off: 0 and 1 keep each other.
+  penalty = curriculum.repetition_penalty(TASKS, TASK_MASK, TASK_VALID, 0.8,
+                                          0.9)
+  np.testing.assert_allclose(penalty, [0.4, 0.4, 0.2, 0.2, 0.0], rtol=1e-6)
+
+
+def test_repetition_penalty_lowers_the_reward_under_every_reward_floored_at_0():
+  # p̂ per task: .75, .5, .5, 1 (invalid: 0).
+  rewards = jnp.array([[1.0, 1.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0],
+                       [1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0],
+                       [1.0, 1.0, 1.0, 1.0]])
+  for reward in curriculum.REWARDS:
+    plain = curriculum.compute(rewards, TASK_VALID, _cfg(reward=reward))
+    out = curriculum.compute(
+        rewards, TASK_VALID,
+        _cfg(reward=reward, repetition_penalty=0.8, repetition_similarity=0.5),
+        tasks=TASKS, task_mask=TASK_MASK)
+    expected = np.maximum(np.asarray(plain.reward) - [0.6, 0.6, 0.6, 0.2, 0.0],
+                          0.0)
+    np.testing.assert_allclose(out.reward, expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(out.keep, plain.keep)  # p̂ decides the keep
+  with pytest.raises(ValueError, match="repetition_penalty"):
+    curriculum.compute(rewards, TASK_VALID, _cfg(repetition_penalty=0.8))
 
 
 def test_in_band_includes_edges_and_excludes_invalid():
@@ -161,12 +237,13 @@ BAND_REWARDS = jnp.array([[1.0, 1.0, 0.0, 1.0],
 BAND_VALID = jnp.array([True, True, False, True, True, True])
 # R_env of each task under each reward, by hand (α = 0.5, β = 20; 0 where
 # invalid): α: exp(-20 (p̂ - ½)²); uncertainty: 1 - 2|p̂ - ½|; learnability:
-# 1 - p̂ when 0 < p̂ < 1, else 0.
+# 1 - p̂ when 0 < p̂ < 1, else 0; variance: p̂ (1 - p̂).
 BAND_R = {
     "alpha": [math.exp(-1.25), math.exp(-5.0), 0.0, 1.0, math.exp(-1.25),
               math.exp(-5.0)],
     "uncertainty": [0.5, 0.0, 0.0, 1.0, 0.5, 0.0],
     "learnability": [0.25, 0.0, 0.0, 0.5, 0.75, 0.0],
+    "variance": [0.1875, 0.0, 0.0, 0.25, 0.1875, 0.0],
 }
 
 
@@ -225,3 +302,31 @@ def test_configs_default_filters_under_every_reward():
   assert default.get_config().curriculum.keep == "band"
   for arm in ("uncertainty", "learnability"):
     assert default.get_config(arm).curriculum.keep == "band"
+
+
+def test_the_steps_curriculum_stage_penalises_repeats_of_the_written_rows():
+  from genenv_jax import coevolve, domains  # pylint: disable=g-import-not-at-top
+  from genenv_jax.domains.base import ParsedTasks  # pylint: disable=g-import-not-at-top
+  config = default.get_config()
+  config.curriculum.update(repetition_penalty=0.8, repetition_similarity=0.5)
+  domain = domains.get_domain(config.task)
+  num_tasks = config.coevolve.num_seeds * config.coevolve.variations
+  # Every fresh task the same row, pad after it: each is near all B valid
+  # ones, so the penalty λ B / B = λ takes every reward below 0.8 to 0.
+  row = jnp.full((domain.task_len,), domain.pad_id, jnp.int32).at[:4].set(
+      jnp.array([3, 4, 5, 6]))
+  tasks = jnp.tile(row, (num_tasks, 1))
+  fresh = ParsedTasks(
+      prompt=None, prompt_mask=None, reference=None, reference_mask=None,
+      valid=jnp.ones((num_tasks,), bool),
+      difficulty=jnp.ones((num_tasks,), jnp.int32), task=tasks)
+  success = jnp.tile(jnp.array([1.0, 0.0, 1.0, 0.0]), (num_tasks, 1))
+  signals = coevolve.curriculum_signals(config, domain, fresh, success)
+  np.testing.assert_allclose(signals.p_hat, 0.5)
+  np.testing.assert_allclose(signals.reward, 1.0 - 0.8, rtol=1e-5)
+  # Distinct rows (pad excluded from the overlap): each its own cluster.
+  distinct = tasks.at[:, 0].set(jnp.arange(num_tasks) + 10).at[:, 1].set(
+      jnp.arange(num_tasks) + 40).at[:, 2].set(jnp.arange(num_tasks) + 70)
+  signals = coevolve.curriculum_signals(config, domain,
+                                        fresh._replace(task=distinct), success)
+  np.testing.assert_allclose(signals.reward, 1.0 - 0.8 / num_tasks, rtol=1e-5)

@@ -166,6 +166,9 @@ def _curriculum(config) -> None:
   fields.number(config, "curriculum.band", low=0.0)
   fields.number(config, "curriculum.rwr_temperature", low=0.0, open_low=True)
   fields.choice(config, "curriculum.reward", curriculum.REWARDS)
+  fields.number(config, "curriculum.repetition_penalty", low=0.0)
+  fields.number(config, "curriculum.repetition_similarity", low=0.0, high=1.0,
+                open_low=True)
   fields.boolean(config, "curriculum.per_seed")
   fields.choice(config, "curriculum.keep", curriculum.KEEPS)
   fields.number(config, "curriculum.success_threshold", low=0.0, high=1.0, open_low=True)

@@ -143,7 +143,7 @@ def _phases(config, domain, players, mesh):
                                           tasks, key)
 
   def curriculum_signals(tasks, rewards):
-    return coevolve.curriculum_signals(config, tasks, rewards)
+    return coevolve.curriculum_signals(config, domain, tasks, rewards)
 
   def agent_update(agent, attempts, key):
     batch = coevolve.grpo_batch(config, players, agent, attempts)
