@@ -157,11 +157,11 @@ def _total_flops(jitted, *args) -> float:
   return hlo_cost.analyse(compiled, devices).flops * devices
 
 
-def measure(config, repeats: int) -> tuple[dict, Any, list[str]]:
-  """(per-stage and whole-step seconds and FLOPs and the peak, as the module
-  doc's JSON line; the run's task domain; the attempted tasks' agent prompts
-  as text)."""
-  domain, players, state, shardings, mesh, level_bank = initial_state(config)
+def measure_stages(config, domain, players, state, mesh, level_bank,
+                   repeats: int) -> tuple[dict, list[str]]:
+  """({stage: {"seconds", "flops"}} for STAGES, the attempted tasks' agent
+  prompts as text), each stage run on the previous stages' outputs from
+  `state`."""
   stages = stage_functions(config, domain, players, level_bank)
   jitted = {name: jax.jit(sharding.in_mesh(mesh, RULES)(fn))
             for name, fn in stages.items()}
@@ -175,8 +175,7 @@ def measure(config, repeats: int) -> tuple[dict, Any, list[str]]:
                                          level_success)[1])))
     tasks = with_replayed(tasks, state.pool, keys.replay, state.level_success)
   attempts = jitted["agent_sampling"](state.agent, tasks, keys.agent)
-  fresh = generation.tasks.valid.shape[0]
-  fresh_success = attempts.success[:fresh]
+  fresh_success = attempts.success[:generation.tasks.valid.shape[0]]
   signals = jitted["curriculum"](generation.tasks, fresh_success)
   batch = jitted["reference_pass"](state.agent, attempts)
   arguments = dict(
@@ -186,14 +185,24 @@ def measure(config, repeats: int) -> tuple[dict, Any, list[str]]:
       reference_pass=(state.agent, attempts),
       agent_update=(state.agent, batch, keys.update),
       simulator_update=(state.simulator, generation, signals))
-  record: dict[str, Any] = {"stages": {}}
+  record = {}
   for name in STAGES:
     call = lambda name=name: jitted[name](*arguments[name])
     jax.block_until_ready(call())
-    record["stages"][name] = dict(
-        seconds=_median_seconds(call, repeats),
-        flops=_total_flops(jitted[name], *arguments[name]))
+    record[name] = dict(seconds=_median_seconds(call, repeats),
+                        flops=_total_flops(jitted[name], *arguments[name]))
+  return record, prompt_texts(domain, tasks)
 
+
+def measure(config, repeats: int) -> tuple[dict, Any, list[str]]:
+  """(per-stage and whole-step seconds and FLOPs and the peak, as the module
+  doc's JSON line; the run's task domain; the attempted tasks' agent prompts
+  as text)."""
+  domain, players, state, shardings, mesh, level_bank = initial_state(config)
+  stages, prompts = measure_stages(config, domain, players, state, mesh,
+                                   level_bank, repeats)
+  jax.clear_caches()  # the stages' programs, before the whole step's
+  record: dict[str, Any] = {"stages": stages}
   step = coevolve.jit_step(coevolve.make_step(config, domain, players,
                                               level_bank),
                            shardings, mesh, RULES)
@@ -218,7 +227,7 @@ def measure(config, repeats: int) -> tuple[dict, Any, list[str]]:
   record["ratio"] = record["step_s"] / record["bound_s"]
   record["devices"] = jax.device_count()
   record["mesh"] = dict(mesh.shape)
-  return record, domain, prompt_texts(domain, tasks)
+  return record, domain, prompts
 
 
 def prompt_texts(domain, tasks) -> list[str]:
