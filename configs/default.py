@@ -470,6 +470,22 @@ def _arm_learnability(c: ml_collections.ConfigDict) -> None:
   c.curriculum.reward = "learnability"
 
 
+def _arm_variance(c: ml_collections.ConfigDict) -> None:
+  """RWR simulator rewarded by the variance p̂(1 - p̂) of the agent's success
+  (learnability sampling, "No Regrets"), among the same band-filtered tasks
+  (curriculum.keep)."""
+  c.simulator_update.method = "rwr"
+  c.curriculum.reward = "variance"
+
+
+def _arm_rzero(c: ml_collections.ConfigDict) -> None:
+  """R-Zero's challenger reward: uncertainty less its repetition penalty
+  |C| / B (λ = 1) over near-duplicate tasks of the batch, by RWR among the
+  same band-filtered tasks (curriculum.keep)."""
+  _arm_uncertainty(c)
+  c.curriculum.repetition_penalty = 1.0
+
+
 ARMS = {
     "genenv": _arm_genenv,
     "genenv_pg": _arm_genenv_pg,
@@ -481,4 +497,6 @@ ARMS = {
     "reference_code": _arm_reference_code,
     "uncertainty": _arm_uncertainty,
     "learnability": _arm_learnability,
+    "variance": _arm_variance,
+    "rzero": _arm_rzero,
 }

@@ -290,7 +290,10 @@ def _gain(arm, seed, rl_seed):
                               if arm == "genenv" else 0.0)
 
 
-def _write_replicate_run(sweep_dir, arm, seed, rl_seed, domain="arithmetic"):
+def _write_replicate_run(sweep_dir, arm, seed, rl_seed, domain="arithmetic",
+                         gain=None):
+  """A finished replicate run whose frontier (d2) curve rises by `gain`
+  (default _gain's) as _gain's docstring describes."""
   config = default.get_config(f"smoke,{arm}")
   config.task.name = domain
   config.warmstart.simulator_start = "hard"
@@ -301,7 +304,7 @@ def _write_replicate_run(sweep_dir, arm, seed, rl_seed, domain="arithmetic"):
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config.to_json_best_effort(indent=2))
   offset = 0.01 * seed + 0.005 * rl_seed  # the replicate's phase, every arm
-  gain = _gain(arm, seed, rl_seed)
+  gain = _gain(arm, seed, rl_seed) if gain is None else gain
   records = []
   for step in range(NUM_STEPS + 1):
     if step:
@@ -378,16 +381,21 @@ def test_fixed_frontier_levels_replace_the_step0_choice(replicated, tmp_path):
 
 def test_contrasts_pair_replicates(replicated):
   # Paired by (seed, rl_seed), the replicate's phase cancels: genenv minus
-  # frozen_env is 1.25·(0.08 + 0.01·(2·seed + rl_seed)) for each replicate.
-  diffs = [1.25 * (0.08 + 0.01 * (2 * s + r)) for s, r in REPLICATES]
+  # frozen_env is 2·(0.08 + 0.01·(2·seed + rl_seed)) in frontier gain and
+  # 1.25·(0.08 + 0.01·(2·seed + rl_seed)) in frontier AUC per replicate.
+  edge = [0.08 + 0.01 * (2 * s + r) for s, r in REPLICATES]
+  gain_diffs = [2 * e for e in edge]
+  auc_diffs = [1.25 * e for e in edge]
   lines = [l for l in replicated[2].splitlines()
            if l.startswith("| genenv [hard] − frozen_env [hard]")]
   assert len(lines) == 1
   cells = [c.strip() for c in lines[0].strip("|").split("|")]
-  assert cells[1:] == ["0.5", "6", report.format_interval(diffs),
+  assert cells[1:] == ["0.5", "6", report.format_interval(gain_diffs),
+                       "genenv > frozen_env",
+                       report.format_interval(auc_diffs),
                        "genenv > frozen_env"]
-  mean, low, high = report.paired_interval(diffs)
-  assert mean == pytest.approx(statistics.mean(diffs)) and low > 0
+  mean, low, high = report.paired_interval(auc_diffs)
+  assert mean == pytest.approx(statistics.mean(auc_diffs)) and low > 0
   oracle = next(l for l in replicated[2].splitlines()
                 if l.startswith("| oracle_learnability [hard] − uniform [hard]"))
   assert "+0.025" in oracle and "oracle_learnability > uniform" in oracle
@@ -408,6 +416,42 @@ def test_contrasts_pair_replicates_within_a_domain(tmp_path):
   diffs = [1.25 * (0.08 + 0.01 * (2 * s + r)) for s, r in REPLICATES]
   assert report.format_interval(diffs) in lines[0]
   assert "genenv > frozen_env" in lines[0]
+
+
+def test_reward_contrasts_pair_each_trained_simulator(tmp_path):
+  # The rewards comparison's contrasts: each trained simulator against the
+  # frozen one, and genenv against the other rewards, in frontier gain and
+  # AUC; a gain difference whose interval holds 0 is "not distinguished".
+  gains = {"genenv": 0.10, "uncertainty": 0.06, "learnability": 0.02,
+           "frozen_env": 0.02}
+  spread = {"learnability": 0.005}  # its gain differs per replicate
+  for arm, gain in gains.items():
+    for seed, rl_seed in REPLICATES:
+      wobble = spread.get(arm, 0.0) * (-1) ** (2 * seed + rl_seed)
+      _write_replicate_run(str(tmp_path), arm, seed, rl_seed,
+                           gain=gain + wobble)
+  with open(report.write_report(str(tmp_path), str(tmp_path / "out"),
+                                "cmd")) as f:
+    text = f.read()
+
+  def cells(contrast):
+    lines = [l for l in text.splitlines() if l.startswith(f"| {contrast}")]
+    assert len(lines) == 1, contrast
+    return [c.strip() for c in lines[0].strip("|").split("|")]
+
+  n = len(REPLICATES)
+  assert cells("uncertainty [hard] − frozen_env [hard]")[3:] == [
+      report.format_interval([2 * 0.04] * n), "uncertainty > frozen_env",
+      report.format_interval([1.25 * 0.04] * n), "uncertainty > frozen_env"]
+  assert cells("genenv [hard] − uncertainty [hard]")[3].startswith("+0.080")
+  learnability = [2 * (0.02 + 0.005 * (-1) ** (2 * s + r)) - 2 * 0.02
+                  for s, r in REPLICATES]
+  row = cells("learnability [hard] − frozen_env [hard]")
+  assert row[3:5] == [report.format_interval(learnability),
+                      "not distinguished"]
+  assert cells("genenv [hard] − learnability [hard]")[4] == (
+      "genenv > learnability")
+  assert "uncertainty [hard] − learnability" not in text
 
 
 def test_level_success_plot_is_written(replicated):

@@ -40,6 +40,11 @@ _ARM_FIELDS = {
                     "curriculum.reward": "uncertainty"},
     "learnability": {"simulator_update.method": "rwr",
                      "curriculum.reward": "learnability"},
+    "variance": {"simulator_update.method": "rwr",
+                 "curriculum.reward": "variance"},
+    "rzero": {"simulator_update.method": "rwr",
+              "curriculum.reward": "uncertainty",
+              "curriculum.repetition_penalty": 1.0},
 }
 
 
@@ -364,3 +369,118 @@ def test_preregistered_sweep_pairs_replicates_across_arms():
   assert len(maze) == 30
   assert all(r.config.task.name == "maze" and
              r.requires == f"_warmstart/s{r.seed}" for r in maze)
+
+
+# Every sweep file registered before configs/sweeps/rewards.py, with the args
+# its get_config takes: the seeds they ran, which the rewards comparison must
+# not reuse.
+_EARLIER_SWEEPS = {
+    "arms": (None,), "alpha": (None,), "claim": (None, "pilot"),
+    "preregistered": (None, "pilot", "amended", "maze"), "demo": ("",),
+    "smoke": (None,),
+}
+
+
+def _seeds_of(sweep_config):
+  """(config.seed values, data.seed values) of a sweep's runs, read from the
+  sweep file alone: data.seed follows config.seed unless the sweep or a run
+  sets it."""
+  seeds, data_seeds = set(), set()
+  pinned = sweep_config.overrides.get("data", {}).get("seed")
+  for spec in sweep_config.runs:
+    seeds.add(spec.seed)
+    own = spec.overrides.get("data", {}).get("seed")
+    data_seeds.add(own if own is not None else
+                   pinned if pinned is not None else spec.seed)
+  return seeds, data_seeds
+
+
+def _earlier_seeds():
+  import importlib  # pylint: disable=g-import-not-at-top
+  from configs.sweeps import rewards  # pylint: disable=g-import-not-at-top
+  seeds, data_seeds = set(rewards.HAND_RUN_SEEDS), set(rewards.HAND_RUN_SEEDS)
+  for name, args in _EARLIER_SWEEPS.items():
+    module = importlib.import_module(f"configs.sweeps.{name}")
+    for arg in args:
+      config = module.get_config() if arg is None else module.get_config(arg)
+      run_seeds, run_data_seeds = _seeds_of(config)
+      seeds |= run_seeds
+      data_seeds |= run_data_seeds
+  return seeds, data_seeds
+
+
+@pytest.mark.parametrize("arg,config_file", [
+    ("", "configs/default.py"), ("maze", "configs/maze.py")])
+def test_rewards_sweep_is_the_demo_paired_on_fresh_seeds(arg, config_file):
+  from configs import maze  # pylint: disable=g-import-not-at-top
+  from configs.sweeps import rewards  # pylint: disable=g-import-not-at-top
+  expanded = sweep.expand(rewards.get_config(arg), "/s")
+  warmstarts = [r for r in expanded if r.name.startswith(sweep.WARMSTART_DIR)]
+  runs = _without_warmstarts(expanded)
+  assert set(rewards.ARMS) == {
+      "genenv", "uncertainty", "learnability", "frozen_env", "static",
+      "uniform", "oracle_learnability"}
+  assert set(rewards.TRAINED_SIMULATOR_ARMS) <= set(rewards.ARMS)
+  assert len(rewards.REPLICATE_SEEDS) >= 6
+  assert len(runs) == len(rewards.ARMS) * len(rewards.REPLICATE_SEEDS)
+  # One shared warm-start per replicate, no moved simulator: the maze's
+  # "hard" start is its config's own, the demo's "matched".
+  assert [w.name for w in warmstarts] == [
+      f"_warmstart/s{seed}" for seed in rewards.REPLICATE_SEEDS]
+  for w in warmstarts:
+    assert w.config.coevolve.num_steps == 0 and w.config.arm == ""
+    assert w.config_flag == config_file
+  get_demo = {"configs/default.py": default.get_config,
+              "configs/maze.py": maze.get_config}[config_file]
+  replicates = {}
+  for run in runs:
+    replicates.setdefault(run.seed, []).append(run)
+    assert run.config_flag == f"{config_file}:{run.arm}"
+    # The demo exactly as a user runs it: only the seed (which the seed data
+    # follows) and the shared warm-start differ from the config file's arm.
+    expected = get_demo(run.arm)
+    expected.seed = run.seed
+    expected.warmstart.init_from = f"/s/_warmstart/s{run.seed}"
+    assert run.config.to_dict() == expected.to_dict()
+    assert run.config.data.seed == run.seed
+    assert run.config.coevolve.rl_seed == 0
+  # Paired: each replicate holds every arm, all from one warm-start.
+  assert sorted(replicates) == sorted(rewards.REPLICATE_SEEDS)
+  for seed, group in replicates.items():
+    assert sorted(r.arm for r in group) == sorted(rewards.ARMS)
+    assert {r.requires for r in group} == {f"_warmstart/s{seed}"}
+    assert {r.config.warmstart.init_from for r in group} == {
+        f"/s/_warmstart/s{seed}"}
+  # Fresh: no earlier sweep (nor documented hand-run demo) used these seeds,
+  # for the initialisation or for the seed data.
+  earlier_seeds, earlier_data_seeds = _earlier_seeds()
+  assert not {r.config.seed for r in expanded} & earlier_seeds
+  assert not {r.config.data.seed for r in expanded} & earlier_data_seeds
+  assert rewards.PILOT_SEED not in rewards.REPLICATE_SEEDS
+  # The docstring's report commands read the levels fixed in advance.
+  levels = (rewards.MAZE_FRONTIER_LEVELS if arg == "maze"
+            else rewards.FRONTIER_LEVELS)
+  assert ("--frontier_levels=" + ",".join(map(str, levels))) in (
+      rewards.__doc__)
+
+
+@pytest.mark.parametrize("arg,domain", [("pilot", "arithmetic"),
+                                        ("maze_pilot", "maze")])
+def test_rewards_pilots_run_every_arm_once_outside_the_replicates(arg, domain):
+  from configs.sweeps import rewards  # pylint: disable=g-import-not-at-top
+  runs = _without_warmstarts(sweep.expand(rewards.get_config(arg), "/p"))
+  # The registered arms, and the literature's candidates that have not yet
+  # earned an arm.
+  assert sorted(r.arm for r in runs) == sorted(rewards.ARMS
+                                               + rewards.CANDIDATE_ARMS)
+  assert not set(rewards.CANDIDATE_ARMS) & set(rewards.ARMS)
+  assert {r.seed for r in runs} == {rewards.PILOT_SEED}
+  assert all(r.config.task.name == domain for r in runs)
+  # The same runs as the comparison's, at the pilot seed.
+  full = sweep.expand(rewards.get_config("maze" if domain == "maze" else ""),
+                      "/p")
+  flags = {r.arm: r.config_flag for r in full}
+  assert all(r.config_flag == flags[r.arm] for r in runs
+             if r.arm in rewards.ARMS)
+  with pytest.raises(ValueError, match="'maze_pilot'"):
+    rewards.get_config("bogus")

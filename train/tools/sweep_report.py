@@ -417,14 +417,21 @@ def alpha_table(groups) -> list[str]:
                  "steps in band (2nd half)", "held-out acc. (final)"], rows)
 
 
-# The pre-registered design (docs/experiment.md): the primary statistic is
+# The registered designs (docs/experiment.md): the primary statistics are
 # read from the held-out sampled success per level; the contrasts are the
-# (arm, arm) pairs it compares, paired by replicate under one condition.
+# (arm, arm) pairs they compare, paired by replicate under one condition.
+# A contrast is reported when the sweep ran both of its arms.
 PRIMARY_METRIC = "eval/sampled_success"
 FRONTIER_RANGE = (0.05, 0.95)
-CONTRASTS = (("genenv", "frozen_env"), ("genenv", "static"),
-             ("static", "frozen_env"), ("oracle_learnability", "uniform"),
-             ("genenv", "uniform"), ("oracle_learnability", "genenv"))
+CONTRASTS = (
+    # "Pre-registered design", C1-C6.
+    ("genenv", "frozen_env"), ("genenv", "static"),
+    ("static", "frozen_env"), ("oracle_learnability", "uniform"),
+    ("genenv", "uniform"), ("oracle_learnability", "genenv"),
+    # "Registered comparison of rewards on the teaching demo": each trained
+    # simulator against the frozen one, and the α reward against the others.
+    ("uncertainty", "frozen_env"), ("learnability", "frozen_env"),
+    ("genenv", "uncertainty"), ("genenv", "learnability"))
 
 
 def _level_curve(run: RunResult, levels: list[int]) -> dict[int, float]:
@@ -498,10 +505,21 @@ def primary_table(groups, levels: list[int]) -> list[str]:
                 rows)
 
 
+def _interval_says(a: str, b: str, low: float, high: float) -> str:
+  """What a 95% interval of a − b says: "a > b" (above 0), "a < b" (below
+  0), "not distinguished" (it holds 0), "–" (no interval)."""
+  if math.isnan(low):
+    return "–"
+  return (f"{a} > {b}" if low > 0 else f"{a} < {b}" if high < 0
+          else "not distinguished")
+
+
 def contrast_table(groups, levels: list[int]) -> list[str]:
-  """The pre-registered contrasts (CONTRASTS) under each condition and α:
-  the primary statistic of arm a minus arm b, paired by replicate (same
-  warm-start, same stage-2 seed), mean with its 95% t-interval."""
+  """The registered contrasts (CONTRASTS) under each condition and α: arm a
+  minus arm b, paired by replicate (same warm-start, same stage-2 seed), in
+  the frontier gain (end − step 0) and in the frontier AUC, each the mean of
+  the paired differences with its 95% t-interval and what the interval
+  says."""
   rows = []
   for (label, alpha), runs in groups.items():
     domain, arm, condition = _condition(label)
@@ -513,18 +531,19 @@ def contrast_table(groups, levels: list[int]) -> list[str]:
                if r.replicate in other]
       if not pairs:
         continue
-      diffs = [frontier_auc(x, levels) - frontier_auc(y, levels)
-               for x, y in pairs]
-      _, low, high = paired_interval(diffs)
-      verdict = ("–" if math.isnan(low) else
-                 f"{a} > {b}" if low > 0 else f"{a} < {b}" if high < 0
-                 else "not distinguished")
-      rows.append([f"{domain}{a}{condition} − {b}{condition}", f"{alpha:g}",
-                   str(len(pairs)), format_interval(diffs), verdict])
+      row = [f"{domain}{a}{condition} − {b}{condition}", f"{alpha:g}",
+             str(len(pairs))]
+      for statistic in (frontier_gain, frontier_auc):
+        diffs = [statistic(x, levels) - statistic(y, levels)
+                 for x, y in pairs]
+        _, low, high = paired_interval(diffs)
+        row += [format_interval(diffs), _interval_says(a, b, low, high)]
+      rows.append(row)
   if not rows:
     return []
-  return _table(["contrast", "α", "n pairs", "Δ frontier AUC [95% CI]",
-                 "95% CI says"], rows)
+  return _table(["contrast", "α", "n pairs", "Δ frontier gain [95% CI]",
+                 "gain: 95% CI says", "Δ frontier AUC [95% CI]",
+                 "AUC: 95% CI says"], rows)
 
 
 def _mean_curve(runs: list[RunResult], name: str):
@@ -703,9 +722,12 @@ def write_report(sweep_dir: str, out_dir: str, command: str,
               + ", ".join(f"d{d}" for d in frontier) + ". Frontier AUC: the "
               "held-out sampled success averaged over those levels, "
               "integrated over the evaluation steps (trapezoid) and divided "
-              "by the run's steps; mean over replicates with its 95% "
-              "t-interval. Informative tasks: share of generated tasks whose "
-              "attempts disagree (nonzero GRPO advantages).", ""]
+              "by the run's steps; frontier gain: that average at the last "
+              "evaluation minus at step 0; each the mean over replicates "
+              "with its 95% t-interval (which of them is a design's primary "
+              "outcome, docs/experiment.md says). Informative tasks: share "
+              "of generated tasks whose attempts disagree (nonzero GRPO "
+              "advantages).", ""]
     lines += primary_table(groups, frontier) + [""]
     contrasts = contrast_table(groups, frontier)
     if contrasts:
