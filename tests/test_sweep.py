@@ -420,9 +420,16 @@ def test_rewards_sweep_is_the_demo_paired_on_fresh_seeds(arg, config_file):
   assert set(rewards.ARMS) == {
       "genenv", "uncertainty", "learnability", "frozen_env", "static",
       "uniform", "oracle_learnability"}
-  assert set(rewards.TRAINED_SIMULATOR_ARMS) <= set(rewards.ARMS)
+  # Amendment 1: the candidates admitted after the pilot join every
+  # replicate of their domain.
+  admitted = rewards.ADMITTED_ARMS[arg]
+  assert set(admitted) <= set(rewards.CANDIDATE_ARMS)
+  assert admitted == (("variance", "rzero") if arg == "" else ())
+  arms = rewards.ARMS + admitted
+  assert set(rewards.TRAINED_SIMULATOR_ARMS) <= set(
+      rewards.ARMS + rewards.CANDIDATE_ARMS)
   assert len(rewards.REPLICATE_SEEDS) >= 6
-  assert len(runs) == len(rewards.ARMS) * len(rewards.REPLICATE_SEEDS)
+  assert len(runs) == len(arms) * len(rewards.REPLICATE_SEEDS)
   # One shared warm-start per replicate, no moved simulator: the maze's
   # "hard" start is its config's own, the demo's "matched".
   assert [w.name for w in warmstarts] == [
@@ -447,7 +454,7 @@ def test_rewards_sweep_is_the_demo_paired_on_fresh_seeds(arg, config_file):
   # Paired: each replicate holds every arm, all from one warm-start.
   assert sorted(replicates) == sorted(rewards.REPLICATE_SEEDS)
   for seed, group in replicates.items():
-    assert sorted(r.arm for r in group) == sorted(rewards.ARMS)
+    assert sorted(r.arm for r in group) == sorted(arms)
     assert {r.requires for r in group} == {f"_warmstart/s{seed}"}
     assert {r.config.warmstart.init_from for r in group} == {
         f"/s/_warmstart/s{seed}"}
@@ -480,7 +487,6 @@ def test_rewards_pilots_run_every_arm_once_outside_the_replicates(arg, domain):
   full = sweep.expand(rewards.get_config("maze" if domain == "maze" else ""),
                       "/p")
   flags = {r.arm: r.config_flag for r in full}
-  assert all(r.config_flag == flags[r.arm] for r in runs
-             if r.arm in rewards.ARMS)
+  assert all(r.config_flag == flags[r.arm] for r in runs if r.arm in flags)
   with pytest.raises(ValueError, match="'maze_pilot'"):
     rewards.get_config("bogus")

@@ -13,7 +13,9 @@ Both commands resume: rerun the same one after an interruption. Append
 
 Arms (configs/default.py's ARMS): genenv, uncertainty and learnability (the
 simulator trained by RWR on the α, R-Zero and Absolute Zero rewards),
-frozen_env, static, uniform and oracle_learnability. Replicates: warm-start
+frozen_env, static, uniform and oracle_learnability; in arithmetic also
+variance and rzero (the variance reward, R-Zero's reward with its repetition
+penalty), admitted by amendment 1 after the pilot. Replicates: warm-start
 seeds 5-10 (config.seed; the seed data follows it), none of which an earlier
 sweep or a documented demo run used, each at stage-2 seed 0: six independent
 replicates, and every arm's replicate s starts from the same shared
@@ -25,7 +27,7 @@ seed and the shared warm-start the only fields set: configs/default.py
 every 40 steps with 8 sampled answers per task) or configs/maze.py (120 steps
 of 320 rollouts, every 20 steps with 4 sampled episodes). The genenv run of
 replicate s is `./launch/local.sh --config.seed=s` (`configs/maze.py` for the
-maze). 42 runs and 6 warm-starts per domain.
+maze). 54 runs and 6 warm-starts in arithmetic, 42 and 6 in mazes.
 
 `:pilot` (arithmetic) and `:maze_pilot` run every arm once at warm-start seed
 0, a developer seed that is not a replicate, and the candidate rewards
@@ -35,7 +37,7 @@ sweep directories (runs/rewards_pilot, runs/rewards_maze_pilot), and do not
 enter the comparison.
 
 Estimate on this 2-core machine, two runs at a time (docs/experiment.md gives
-the sources): arithmetic at most 42 x 10.7 min / 2 = 3 h 45 min, maze about
+the sources): arithmetic at most 54 x 10.7 min / 2 = 4 h 50 min, maze about
 42 x 8.8 min / 2 + 6 warm-starts = 3 h 15 min; each pilot up to 50 min.
 """
 
@@ -45,13 +47,19 @@ from configs.sweeps import make_sweep
 
 ARMS = ("genenv", "uncertainty", "learnability", "frozen_env", "static",
         "uniform", "oracle_learnability")
-# The literature's rewards that are not yet arms (genenv_jax/curriculum.py):
-# the variance p̂(1 − p̂) and R-Zero's uncertainty with its repetition
-# penalty. The pilots run them beside the arms; one enters the comparison
-# only by an amendment registered before the sweep.
+# The literature's rewards that were not arms at registration
+# (genenv_jax/curriculum.py): the variance p̂(1 − p̂) and R-Zero's
+# uncertainty with its repetition penalty. The pilots run them beside the
+# arms; one enters a comparison only by an amendment registered before that
+# sweep.
 CANDIDATE_ARMS = ("variance", "rzero")
+# Amendment 1 (docs/experiment.md, before any replicate ran): both candidates
+# met the admission rule in the arithmetic pilot, so they join every
+# arithmetic replicate; the maze comparison waits for its own pilot.
+ADMITTED_ARMS = {"": ("variance", "rzero"), "maze": ()}
 # The arms whose simulator is trained (by RWR, each on its own reward).
-TRAINED_SIMULATOR_ARMS = ("genenv", "uncertainty", "learnability")
+TRAINED_SIMULATOR_ARMS = ("genenv", "uncertainty", "learnability",
+                          "variance", "rzero")
 # Fresh: earlier sweep files ran seeds 0-4 (configs/sweeps/claim.py the
 # highest), the documented demo runs outside sweep files seeds 3 and 4
 # (HAND_RUN_SEEDS); tests/test_sweep.py checks the sets are disjoint.
@@ -89,7 +97,8 @@ def get_config(arg: str | None = None):
     raise ValueError(f"configs/sweeps/rewards.py: arg {arg!r}; expected "
                      "none, 'maze', 'pilot' or 'maze_pilot'.")
   config_file, seeds = _VARIANTS[arg or ""]
-  arms = ARMS + CANDIDATE_ARMS if "pilot" in (arg or "") else ARMS
+  arms = (ARMS + CANDIDATE_ARMS if "pilot" in (arg or "")
+          else ARMS + ADMITTED_ARMS[arg or ""])
   # Stage-2 seed 0 (coevolve.rl_seed): each replicate's stage-2 stream is
   # the one its warm-start's seed gives, as in the demo itself.
   return make_sweep(

@@ -431,7 +431,10 @@ CONTRASTS = (
     # "Registered comparison of rewards on the teaching demo": each trained
     # simulator against the frozen one, and the α reward against the others.
     ("uncertainty", "frozen_env"), ("learnability", "frozen_env"),
-    ("genenv", "uncertainty"), ("genenv", "learnability"))
+    ("genenv", "uncertainty"), ("genenv", "learnability"),
+    # Its amendment 1: the variance and R-Zero rewards, the same way.
+    ("variance", "frozen_env"), ("rzero", "frozen_env"),
+    ("genenv", "variance"), ("genenv", "rzero"))
 
 
 def _level_curve(run: RunResult, levels: list[int]) -> dict[int, float]:
