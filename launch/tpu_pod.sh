@@ -266,7 +266,7 @@ if [[ -n "$repo_url" ]]; then
 else
   tarball="${TMPDIR:-/tmp}/genenv-jax-$$.tgz"
   ((dry_run)) || trap 'rm -f "$tarball"' EXIT
-  run tar -czf "$tarball" --exclude=./.venv --exclude=./.git --exclude=./runs \
+  run tar -czf "$tarball" --exclude='./.venv*' --exclude=./.git --exclude=./runs \
     --exclude=./.pytest_cache --exclude=__pycache__ -C "$ROOT" .
   run "${tpu[@]}" scp "$tarball" "$name:genenv-jax.tgz" "${where[@]}" --worker=all
   on_all_workers "rm -rf $REMOTE_REPO && mkdir -p $REMOTE_REPO && tar -xzf \$HOME/genenv-jax.tgz -C $REMOTE_REPO"

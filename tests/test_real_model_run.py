@@ -5,7 +5,14 @@ SmolLM2-135M-Instruct cut to its first 4 decoder layers (built once into the
 cache by train.tools.real_models): the real model's tokenizer, chat template,
 stop tokens and weights through every stage of the run, at a size whose run
 fits beside the other test worker (the full model's logits and decoding are
-checked against transformers in tests/test_real_model.py)."""
+checked against transformers in tests/test_real_model.py).
+
+A benchmark (`./launch/test.sh -m benchmark tests/test_real_model_run.py`):
+about 50 s alone, 95 s beside the other workers, and a gigabyte of
+checkpoints; in the default run the chat config runs its step on a stand-in
+of the same architecture (tests/test_chat_arithmetic.py) and the real
+weights' logits and decoding are checked against transformers
+(tests/test_real_model.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +21,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from train.outputs import metrics_log
 from train.runtime import cpu_flags
 
@@ -21,6 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEVICES = 2
 
 
+@pytest.mark.benchmark
 def test_smollm2_players_run_the_text_step(smollm2_first4_dir, tmp_path):
   env = dict(os.environ, GENENV_SMOLLM2_DIR=smollm2_first4_dir, PYTHONPATH=ROOT,
              XLA_FLAGS=cpu_flags.with_device_count(
