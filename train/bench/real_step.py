@@ -1,9 +1,11 @@
 """A run config's co-evolution step, stage by stage, against this host's
 matmul peak at the players' dtype.
 
-  XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \\
-  PYTHONPATH=. python -m train.bench.real_step --config=configs/chat.py \\
+  python -m train.bench.real_step --config=configs/chat.py \\
       [--repeats=3] [--trl_python=.venv-trl/bin/python]
+
+It runs with the XLA flags and CPU devices `python -m train.main` sets
+(train/runtime/cpu_flags.py: one device per core, the library fusions).
 
 The state is the driver's at step 0 without its warm-start (`train.build`):
 the config's domain and mesh, both players from their HF directories (or
@@ -62,6 +64,7 @@ from genenv_jax import sharding
 from genenv_jax.domains import get_domain
 from train import build
 from train.bench import hlo_cost
+from train.runtime import cpu_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "run config",
                                           lock_config=False)
@@ -247,9 +250,12 @@ def trl_step_seconds(python: str, config, domain, prompts: list[str],
   """TRL's GRPOTrainer on the agent's half of the step (train/bench/
   trl_side.py in `python`) on `prompts`: its median step seconds."""
   cc = config.coevolve
-  if not config.agent.get("hf_dir", "") or not prompts:
+  if not config.agent.get("hf_dir", "") or not any(prompts):
     raise ValueError("--trl_python: TRL's side needs an agent with an HF "
                      "directory (config.agent.hf_dir) and a text domain.")
+  # An invalid written task has no prompt (our step still samples its row):
+  # TRL gets the first real prompt in its place, as many rows as ours.
+  prompts = [p or next(q for q in prompts if q) for p in prompts]
   setup = dict(hf_dir=config.agent.hf_dir, prompts=prompts,
                generations=cc.attempts,
                # An episodic domain's agent writes one action a turn (the
@@ -263,8 +269,11 @@ def trl_step_seconds(python: str, config, domain, prompts: list[str],
                repeats=repeats, seed=config.seed)
   script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                         "trl_side.py")
-  result = subprocess.run([python, script, json.dumps(setup)], check=True,
+  result = subprocess.run([python, script, json.dumps(setup)], check=False,
                           capture_output=True, text=True)
+  if result.returncode:
+    raise RuntimeError(f"{script} failed (exit {result.returncode}):\n"
+                       f"{result.stderr[-3000:]}")
   return json.loads(result.stdout.strip().splitlines()[-1])["step_s"]
 
 
@@ -286,16 +295,17 @@ def table(record: dict) -> str:
 
 def main(argv):
   del argv
+  cpu_flags.use_project_settings()  # the run's XLA flags, before JAX's backend
   config = _CONFIG.value
   record, domain, prompts = measure(config, _REPEATS.value)
+  print(table(record))
+  print(f"peak {record['peak_gflops']:.0f} GFLOP/s ({record['dtype']} "
+        f"matmul), {record['devices']} devices, mesh {record['mesh']}, "
+        f"compiles {record['compiles']}", flush=True)
   record["trl_step_s"] = (
       trl_step_seconds(_TRL_PYTHON.value, config, domain, prompts,
                        _REPEATS.value)
       if _TRL_PYTHON.value else None)
-  print(table(record))
-  print(f"peak {record['peak_gflops']:.0f} GFLOP/s ({record['dtype']} "
-        f"matmul), {record['devices']} devices, mesh {record['mesh']}, "
-        f"compiles {record['compiles']}")
   print(json.dumps(record))
 
 
