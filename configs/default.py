@@ -235,6 +235,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # False: advantages r - mean_group (no division by the group's std),
       # so one odd attempt in a near-solved group gets -0.9, not -3.
       normalize_std=False,
+      # DAPO's dynamic sampling at fixed shapes: K > 0 trains on K of the
+      # step's task groups, those whose attempts disagree first (the others
+      # masked), so more tasks can be sampled than updated on; 0: all.
+      dynamic_sampling_groups=0,
   ))
 
   # Simulator update (paper: RWR, KL to the initial simulator, KL cap; the

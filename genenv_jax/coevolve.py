@@ -230,7 +230,12 @@ def grpo_batch(config, players: Players, agent: PlayerState,
   """Stage 6's batch: GRPO advantages of every valid task's attempts, and the
   reference's log-probs. The sampler's log-probs are the behaviour policy's
   (same params, same temperature), so only the reference needs a forward
-  pass; invalid tasks are masked out."""
+  pass; invalid tasks are masked out.
+
+  With config.grpo.dynamic_sampling_groups = K > 0 (DAPO's dynamic
+  sampling, `losses.informative_groups_first`) the batch holds K of the T
+  task groups, K·G rows rather than T·G: those whose attempts disagree
+  first; the rest of the K, if any, are masked out."""
   tasks, agent_out, rewards = attempts.tasks, attempts.out, attempts.rewards
   group = rewards.shape[1]
   repeat = lambda x: jnp.repeat(x, group, axis=0)
@@ -240,24 +245,35 @@ def grpo_batch(config, players: Players, agent: PlayerState,
   advantages = losses.group_advantages(
       rewards.reshape(-1), group, config.grpo.normalize_std,
       valid=row_valid)
-  response_mask = agent_out.mask & row_valid[:, None]
-  attend = (response_mask if attempts.attend is None
-            else attempts.attend & row_valid[:, None])
   prompt, prompt_mask = repeat(tasks.prompt), repeat(tasks.prompt_mask)
-  old_logp = jnp.where(response_mask, agent_out.logprobs, 0.0)
+  tokens, mask = agent_out.tokens, agent_out.mask
+  logprobs, body = agent_out.logprobs, attempts.attend
+  if config.grpo.dynamic_sampling_groups:
+    groups, informative = losses.informative_groups_first(
+        rewards.reshape(-1), group, config.grpo.dynamic_sampling_groups,
+        valid=row_valid)
+    rows = (groups[:, None] * group + jnp.arange(group)).reshape(-1)
+    prompt, prompt_mask, tokens, mask, logprobs, advantages = (
+        x[rows] for x in (prompt, prompt_mask, tokens, mask, logprobs,
+                          advantages))
+    body = None if body is None else body[rows]
+    row_valid = row_valid[rows] & repeat(informative)
+  response_mask = mask & row_valid[:, None]
+  attend = (response_mask if body is None else body & row_valid[:, None])
+  old_logp = jnp.where(response_mask, logprobs, 0.0)
   if config.grpo.kl_coef:
     # Scored in as many passes as the update has minibatches: no pass holds
     # more rows' activations than one minibatch's forward.
     ref_logp = jax.lax.stop_gradient(policy.response_logprobs_by_rows(
         players.agent_model, agent.ref_params, prompt, prompt_mask,
-        agent_out.tokens, attend, config.coevolve.agent_temperature,
+        tokens, attend, config.coevolve.agent_temperature,
         _chunk_size(config), config.coevolve.agent_minibatches).logp)
     ref_logp = jnp.where(response_mask, ref_logp, 0.0)
   else:  # no KL term (DAPO, Dr. GRPO): no reference pass
     ref_logp = old_logp
-  return AgentBatch(prompt, prompt_mask, agent_out.tokens, response_mask,
+  return AgentBatch(prompt, prompt_mask, tokens, response_mask,
                     old_logp, ref_logp, advantages,
-                    None if attempts.attend is None else attend)
+                    None if body is None else attend)
 
 
 def grpo_minibatch_loss(config, scores: policy.ResponseScores,

@@ -75,6 +75,41 @@ def group_advantages(rewards: jax.Array, group_size: int,
   return jnp.where(informative, centered, 0.0).reshape(rewards.shape)
 
 
+def informative_groups_first(rewards: jax.Array, group_size: int,
+                             num_kept: int,
+                             valid: jax.Array | None = None
+                             ) -> tuple[jax.Array, jax.Array]:
+  """DAPO's dynamic sampling at fixed shapes (Yu et al. 2025, "DAPO", §3.2:
+  groups whose attempts all get the same reward are dropped and the batch
+  refilled with groups sampled anew). Here the step samples more groups than
+  the update trains on; the update takes `num_kept` of them, those whose
+  valid attempts disagree first (in their order), then the others, which the
+  caller masks out. No resampling loop: the shapes never change.
+
+  Args:
+    rewards: f32[N], N = M * group_size, M consecutive groups.
+    group_size: G (static).
+    num_kept: K <= M (static), the groups the update trains on.
+    valid: optional bool[N] per row; a group is informative when its valid
+      rows' rewards are not all equal.
+
+  Returns:
+    (int32[K] group indices, bool[K] whether each is informative).
+  """
+  num_groups = rewards.shape[0] // group_size
+  if not 0 < num_kept <= num_groups:
+    raise ValueError(f"num_kept={num_kept} must lie in [1, {num_groups}] (the "
+                     "groups sampled).")
+  grouped = rewards.reshape(num_groups, group_size).astype(jnp.float32)
+  member = (jnp.ones_like(grouped, dtype=bool) if valid is None
+            else valid.astype(bool).reshape(grouped.shape))
+  highest = jnp.max(jnp.where(member, grouped, -jnp.inf), axis=1)
+  lowest = jnp.min(jnp.where(member, grouped, jnp.inf), axis=1)
+  informative = member.any(axis=1) & (highest > lowest)
+  order = jnp.argsort(~informative, stable=True)[:num_kept]
+  return order.astype(jnp.int32), informative[order]
+
+
 def kl_estimate(logp: jax.Array, ref_logp: jax.Array,
                 estimator: str) -> jax.Array:
   """Per-token estimates of KL(π || π_ref) from samples of π.

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from genenv_jax import curriculum
 from genenv_jax import episodes as episodes_lib
+from genenv_jax import losses
 from genenv_jax.coevolve_state import Attempts, CoevolveState, Generation
 from genenv_jax.domains.base import TaskDomain
 
@@ -75,6 +76,15 @@ def step_metrics(config, domain: TaskDomain, state: CoevolveState,
       "pool/size": per_step(state.pool.size),
       "pool/env_size": per_step(state.generation_pool.size),
   }
+  if config.grpo.dynamic_sampling_groups:
+    # The share of the update's K groups that carry a signal: min(informative
+    # groups sampled, K) / K (losses.informative_groups_first).
+    _, kept_informative = losses.informative_groups_first(
+        rewards.reshape(-1), group, config.grpo.dynamic_sampling_groups,
+        valid=(attempt_valid if attempts.kept is None
+               else attempt_valid & attempts.kept))
+    metrics["agent/dynamic_sampling_fill"] = ratio(
+        kept_informative.sum(), kept_informative.shape[0])
   for name in ("kl", "loss", "clip_frac", "grad_norm", "skipped_updates"):
     metrics[f"agent/{name}"] = per_step(agent_metrics[name])
   # Mean |sampler - trainer| log-prob over the tokens measured (a ratio).

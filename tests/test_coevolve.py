@@ -17,6 +17,7 @@ from genenv_jax.domains import get_domain
 from genenv_jax.domains.arithmetic import data as datasets
 from genenv_jax.sampling import SamplingConfig, sample
 from train import build
+from train import config_validation
 from train import warmstart
 from train.checkpoints import init_from
 from train.checkpoints import state_layout
@@ -314,3 +315,33 @@ def test_no_reference_pass_without_a_kl_term(live_run, monkeypatch):
         coevolve.make_step(config, domain, players)), state)
     passes[kl_coef] = len(scored)
   assert passes[0.05] - passes[0.0] == 1
+
+
+def test_dynamic_sampling_trains_on_k_groups_and_compiles_once(live_run,
+                                                                monkeypatch):
+  # DAPO's dynamic sampling at fixed shapes: 12 task groups of 4 attempts are
+  # sampled, the update and the reference pass see the K = 4 groups whose
+  # attempts disagree first (16 rows), and the step compiles once.
+  config = live.live_config(live_run[0])
+  config.grpo.dynamic_sampling_groups = 4
+  config.coevolve.agent_minibatches = 2
+  config_validation.validate(config, 8)
+  mesh = sharding.make_mesh({"data": -1, "fsdp": 1, "tensor": 1})
+  domain, players, state, shardings = _warm_started(live_run, config, mesh)
+  rows = []
+  by_rows = policy.response_logprobs_by_rows
+  def counted(*args, **kwargs):
+    rows.append(args[2].shape[0])  # the prompt rows scored
+    return by_rows(*args, **kwargs)
+  monkeypatch.setattr(policy, "response_logprobs_by_rows", counted)
+  state, history, traces = step_runs.run_steps(
+      config, domain, players, state, shardings, mesh, 2)
+  assert traces == 1
+  assert 16 in rows and 48 not in rows  # the agent's reference pass: K·G rows
+  for metrics in history:
+    assert 0.0 <= metrics["agent/dynamic_sampling_fill"] <= 1.0
+    assert np.isfinite(metrics["agent/loss"])
+  # Where some group disagreed, the update moved the agent.
+  assert all(m["agent/grad_norm"] > 0 for m in history
+             if m["agent/dynamic_sampling_fill"] > 0)
+  assert any(m["agent/dynamic_sampling_fill"] > 0 for m in history)

@@ -87,6 +87,16 @@ def _set(config, field, value):
     ("coevolve.agent_minibatches", 12, r"/ coevolve\.agent_minibatches = 4 rows"
      r".*expected a multiple of 8"),
     ("warmstart.batch_size", 12, r"warmstart\.batch_size = 12 rows"),
+    # Dynamic sampling trains on K of the step's 12 task groups (4 attempts
+    # each), split as the mesh's batch axes can.
+    ("grpo.dynamic_sampling_groups", -1,
+     r"config\.grpo\.dynamic_sampling_groups=-1: expected an integer >= 0"),
+    ("grpo.dynamic_sampling_groups", 13,
+     r"config\.grpo\.dynamic_sampling_groups=13: expected at most the 12 task "
+     r"groups"),
+    ("grpo.dynamic_sampling_groups", 3,
+     r"dynamic_sampling_groups \* coevolve\.attempts / "
+     r"coevolve\.agent_minibatches = \d+ rows"),
     # The smoke task has 2 levels: one weight per level at most, none < 0,
     # not all 0.
     ("warmstart.agent_level_weights", (1, 1, 1),

@@ -61,6 +61,26 @@ def test_group_advantages_invalid_rows_leave_mean_and_std():
   np.testing.assert_allclose(adv, expected, rtol=1e-6, atol=1e-7)
 
 
+def test_dynamic_sampling_takes_informative_groups_first_in_order():
+  # Four groups of two: [1, 1] agrees, [0, 1] and [1, 0] disagree, [0, 0]
+  # agrees; the last group's second row is invalid, so it agrees too.
+  rewards = jnp.array([1., 1., 0., 1., 0., 0., 1., 0., 1., 0.])
+  valid = jnp.array([True] * 8 + [True, False])
+  groups, informative = losses.informative_groups_first(rewards, 2, 3,
+                                                        valid=valid)
+  np.testing.assert_array_equal(groups, [1, 3, 0])
+  np.testing.assert_array_equal(informative, [True, True, False])
+  # Fewer slots than informative groups: the first ones, in order.
+  groups, informative = losses.informative_groups_first(rewards, 2, 1)
+  np.testing.assert_array_equal(groups, [1])
+  # Without the mask the last group disagrees.
+  groups, informative = losses.informative_groups_first(rewards, 2, 5)
+  np.testing.assert_array_equal(groups, [1, 3, 4, 0, 2])
+  np.testing.assert_array_equal(informative, [True] * 3 + [False] * 2)
+  with pytest.raises(ValueError, match=r"num_kept=6 must lie in \[1, 5\]"):
+    losses.informative_groups_first(rewards, 2, 6)
+
+
 def test_group_advantages_rejects_bad_layout():
   with pytest.raises(ValueError, match="group_size"):
     losses.group_advantages(jnp.zeros(7), 3)

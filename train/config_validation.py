@@ -158,6 +158,21 @@ def _coevolve(config, dims) -> None:
                 f"a divisor of the {attempts} agent attempts per step ({attempts_name})")
   _divides_batch_axes(config, f"{attempts_name} / coevolve.agent_minibatches",
                       attempts // cc.agent_minibatches, dims)
+  fields.integer(config, "grpo.dynamic_sampling_groups", low=0)
+  kept_groups = config.grpo.dynamic_sampling_groups
+  if kept_groups:  # the update's batch: K groups of attempts, not all of them
+    if kept_groups > written + replay:
+      fields.fail("grpo.dynamic_sampling_groups", kept_groups,
+                  f"at most the {written + replay} task groups a step samples "
+                  "(coevolve.num_seeds * coevolve.variations + pool.replay_tasks)")
+    kept = kept_groups * cc.attempts
+    kept_name = "grpo.dynamic_sampling_groups * coevolve.attempts"
+    if kept % cc.agent_minibatches:
+      fields.fail("coevolve.agent_minibatches", cc.agent_minibatches,
+                  f"a divisor of the {kept} attempts the update trains on "
+                  f"({kept_name})")
+    _divides_batch_axes(config, f"{kept_name} / coevolve.agent_minibatches",
+                        kept // cc.agent_minibatches, dims)
 
 
 def _curriculum(config) -> None:
