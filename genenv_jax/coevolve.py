@@ -245,7 +245,7 @@ def grpo_batch(config, players: Players, agent: PlayerState,
   advantages = losses.group_advantages(
       rewards.reshape(-1), group, config.grpo.normalize_std,
       valid=row_valid)
-  prompt, prompt_mask = repeat(tasks.prompt), repeat(tasks.prompt_mask)
+  prompt, prompt_mask = tasks.prompt, tasks.prompt_mask
   tokens, mask = agent_out.tokens, agent_out.mask
   logprobs, body = agent_out.logprobs, attempts.attend
   if config.grpo.dynamic_sampling_groups:
@@ -253,11 +253,12 @@ def grpo_batch(config, players: Players, agent: PlayerState,
         rewards.reshape(-1), group, config.grpo.dynamic_sampling_groups,
         valid=row_valid)
     rows = (groups[:, None] * group + jnp.arange(group)).reshape(-1)
-    prompt, prompt_mask, tokens, mask, logprobs, advantages = (
-        x[rows] for x in (prompt, prompt_mask, tokens, mask, logprobs,
-                          advantages))
+    prompt, prompt_mask = prompt[groups], prompt_mask[groups]
+    tokens, mask, logprobs, advantages = (
+        x[rows] for x in (tokens, mask, logprobs, advantages))
     body = None if body is None else body[rows]
     row_valid = row_valid[rows] & repeat(informative)
+  prompt, prompt_mask = repeat(prompt), repeat(prompt_mask)
   response_mask = mask & row_valid[:, None]
   attend = (response_mask if body is None else body & row_valid[:, None])
   old_logp = jnp.where(response_mask, logprobs, 0.0)
