@@ -72,6 +72,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         b1=0.9,
         b2=0.99,
         grad_clip=1.0,
+        # Low-rank adapters (models/lora.py): rank 0 trains every weight; a
+        # rank r > 0 trains rank-r adapters on `targets` (comma-separated
+        # projections) alone, scaled by alpha / r, the base frozen and the
+        # reference policy the base with the adapters off.
+        lora=ml_collections.ConfigDict(dict(
+            rank=0, alpha=16.0,
+            targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")),
     ))
 
   # Agent lr 1e-4 with GRPO KL 0.05 (grpo.kl_coef): the pre-registered

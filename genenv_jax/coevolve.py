@@ -45,12 +45,14 @@ from genenv_jax import scripted
 from genenv_jax import sharding
 from genenv_jax.coevolve_state import (AgentBatch, Attempts, CoevolveState,
                                        Generation, Players, PlayerState,
+                                       new_player_state,
                                        SimulatorBatch)
 from genenv_jax.domains.base import ParsedTasks, TaskDomain
 from genenv_jax.sampling import SampleOutput, SamplingConfig, sample
 from genenv_jax.step_metrics import (level_success_metrics, masked_ratio,
                                      ratio, step_metrics)
 from models import decoder
+from models import lora
 from models.config import ModelConfig
 
 SIMULATOR_UPDATES = ("rwr", "pg", "none")
@@ -266,7 +268,7 @@ def grpo_batch(config, players: Players, agent: PlayerState,
     # Scored in as many passes as the update has minibatches: no pass holds
     # more rows' activations than one minibatch's forward.
     ref_logp = jax.lax.stop_gradient(policy.response_logprobs_by_rows(
-        players.agent_model, agent.ref_params, prompt, prompt_mask,
+        players.agent_model, agent.reference(), prompt, prompt_mask,
         tokens, attend, config.coevolve.agent_temperature,
         _chunk_size(config), config.coevolve.agent_minibatches).logp)
     ref_logp = jnp.where(response_mask, ref_logp, 0.0)
@@ -306,9 +308,12 @@ def agent_update(config, players: Players, agent: PlayerState,
     raise ValueError(f"config.coevolve.agent_minibatches={num_minibatches} "
                      f"must divide the {n} agent attempts per step.")
 
-  def loss_fn(params, minibatch: AgentBatch):
+  trainable, frozen = lora.split(agent.params)
+
+  def loss_fn(trainable, minibatch: AgentBatch):
     scores = policy.response_logprobs(
-        players.agent_model, params, minibatch.prompt, minibatch.prompt_mask,
+        players.agent_model, lora.join(trainable, frozen), minibatch.prompt,
+        minibatch.prompt_mask,
         minibatch.response,
         minibatch.mask if minibatch.attend is None else minibatch.attend,
         cc.agent_temperature,
@@ -319,28 +324,28 @@ def agent_update(config, players: Players, agent: PlayerState,
     perm = jax.random.permutation(epoch_rng, n).reshape(num_minibatches, -1)
 
     def one_minibatch(carry, idx):
-      params, opt_state = carry
+      trainable, opt_state = carry
       minibatch = jax.tree.map(lambda x: x[idx], batch)
       (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-          params, minibatch)
+          trainable, minibatch)
       updates, new_opt_state = players.agent_opt.update(grads, opt_state,
-                                                        params)
+                                                        trainable)
       grad_norm = optax.tree.norm(grads)
       # A non-finite loss, gradient or update skips the update (counted).
       finite = (jnp.isfinite(loss) & jnp.isfinite(grad_norm)
                 & jnp.isfinite(optax.tree.norm(updates)))
-      params, opt_state = jax.tree.map(
+      trainable, opt_state = jax.tree.map(
           lambda new, old: jnp.where(finite, new, old),
-          (optax.apply_updates(params, updates), new_opt_state),
-          (params, opt_state))
+          (optax.apply_updates(trainable, updates), new_opt_state),
+          (trainable, opt_state))
       metrics = dict(metrics, loss=loss, grad_norm=grad_norm,
                      skipped_updates=1.0 - finite.astype(jnp.float32))
-      return (params, opt_state), metrics
+      return (trainable, opt_state), metrics
 
     return jax.lax.scan(one_minibatch, carry, perm)
 
-  (params, opt_state), metrics = jax.lax.scan(
-      one_epoch, (agent.params, agent.opt_state),
+  (trainable, opt_state), metrics = jax.lax.scan(
+      one_epoch, (trainable, agent.opt_state),
       jax.random.split(rng, cc.agent_epochs))
   skipped = metrics.pop("skipped_updates").sum()
   # |sampler - trainer| log-prob where the trainer still has the sampler's
@@ -348,7 +353,8 @@ def agent_update(config, players: Players, agent: PlayerState,
   mismatch = metrics.pop("logp_mismatch")[0, 0]
   metrics = dict(jax.tree.map(jnp.mean, metrics), skipped_updates=skipped,
                  logp_mismatch=mismatch)
-  return agent.replace(params=params, opt_state=opt_state), metrics
+  return agent.replace(params=lora.join(trainable, frozen),
+                       opt_state=opt_state), metrics
 
 
 def simulator_batch(config, players: Players, simulator: PlayerState,
@@ -358,7 +364,7 @@ def simulator_batch(config, players: Players, simulator: PlayerState,
   simulator's log-probs and their curriculum reward and weights."""
   out = generation.out
   ref_logp = jax.lax.stop_gradient(policy.response_logprobs(
-      players.simulator_model, simulator.ref_params, generation.prompt,
+      players.simulator_model, simulator.reference(), generation.prompt,
       generation.prompt_mask, out.tokens, out.mask,
       config.coevolve.simulator_temperature, _chunk_size(config)).logp)
   return SimulatorBatch(generation.prompt, generation.prompt_mask, out.tokens,
@@ -395,10 +401,12 @@ def simulator_update(config, players: Players, simulator: PlayerState,
   unchanged.
   """
   update_cfg = config.simulator_update
+  trainable, frozen = lora.split(simulator.params)
 
-  def scores(params):
+  def scores(trainable):
     return policy.response_logprobs(
-        players.simulator_model, params, batch.prompt, batch.prompt_mask,
+        players.simulator_model, lora.join(trainable, frozen), batch.prompt,
+        batch.prompt_mask,
         batch.task, batch.task_mask, config.coevolve.simulator_temperature,
         _chunk_size(config))
 
@@ -430,15 +438,15 @@ def simulator_update(config, players: Players, simulator: PlayerState,
     learn = jnp.any(batch.valid)
 
   (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-      simulator.params)
+      trainable)
   updates, opt_state = players.simulator_opt.update(
-      grads, simulator.opt_state, simulator.params)
-  candidate = optax.apply_updates(simulator.params, updates)
+      grads, simulator.opt_state, trainable)
+  candidate = optax.apply_updates(trainable, updates)
   step_kl = _masked_mean(
       losses.kl_estimate(batch.old_logp, scores(candidate).logp, "k3"),
       step_mask)
   scale = losses.kl_cap_scale(step_kl, update_cfg.kl_cap)
-  params = losses.scale_update(simulator.params, candidate, scale)
+  params = losses.scale_update(trainable, candidate, scale)
   # A non-finite loss, gradient, update or update KL skips the update
   # (counted).
   finite = (jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads))
@@ -446,13 +454,14 @@ def simulator_update(config, players: Players, simulator: PlayerState,
   skipped = learn & ~finite
   learn = learn & finite
   params = jax.tree.map(lambda new, old: jnp.where(learn, new, old), params,
-                        simulator.params)
+                        trainable)
   opt_state = jax.tree.map(lambda new, old: jnp.where(learn, new, old),
                            opt_state, simulator.opt_state)
   metrics = dict(metrics, loss=loss, update_kl=step_kl * scale**2,
                  kl_scale=scale, updated=learn.astype(jnp.float32),
                  skipped_updates=skipped.astype(jnp.float32))
-  return simulator.replace(params=params, opt_state=opt_state), metrics
+  return simulator.replace(params=lora.join(params, frozen),
+                           opt_state=opt_state), metrics
 
 
 def update_pools(config, state: CoevolveState, generation: Generation,
@@ -518,7 +527,10 @@ def params_for_sampling(model: ModelConfig, params, layout: str = "gathered"):
   gather per call, none inside the decode loop), "training" leaves them as
   trained. Either way floating weights are cast to the model's compute dtype
   first (a bfloat16 copy of float32 master weights: half the memory and the
-  gather's traffic)."""
+  gather's traffic). Adapters are folded into their kernels first
+  (models/lora.py): the sampler decodes with base-shaped weights."""
+  params = lora.fold(params, model)
+  model = lora.base_config(model)
   params = jax.tree.map(
       lambda x: x.astype(model.dtype)
       if jnp.issubdtype(x.dtype, jnp.floating) else x, params)
@@ -632,7 +644,7 @@ def make_step(config, domain: TaskDomain, players: Players,
       else:
         if num_replayed:  # D_env's kept generations join the RWR batch
           batch = generation_replay.with_replayed_generations(
-              config, players.simulator_model, state.simulator.ref_params,
+              config, players.simulator_model, state.simulator.reference(),
               state.generation_pool, batch, signals.keep, keys.generation,
               num_replayed)
         simulator, simulator_metrics = simulator_update(

@@ -21,16 +21,44 @@ from genenv_jax import episodes as episodes_lib
 from genenv_jax import pool as pool_lib
 from genenv_jax.domains.base import ParsedTasks
 from genenv_jax.sampling import SampleOutput
+from models import lora
 from models.config import ModelConfig
 
 
 @flax.struct.dataclass
 class PlayerState:
-  """params and opt_state are trained; ref_params stay fixed (the agent's GRPO
-  reference; the simulator's initial model for its KL penalty)."""
+  """A player's weights and optimiser state.
+
+  params: the policy's parameters; with low-rank adapters (models/lora.py)
+    the base weights and the adapters, of which only the adapters train.
+  opt_state: the optimiser's state over what trains (`lora.split`'s
+    trainable part: every parameter, or the adapters alone).
+  ref_params: the fixed reference (the agent's GRPO reference; the
+    simulator's initial model for its KL penalty): a copy of the step-0
+    parameters, or None for a player with adapters, whose reference is its
+    base with the adapters off (no second copy). Read it by `reference()`.
+  """
   params: Any
   opt_state: Any
   ref_params: Any
+
+  def reference(self):
+    """The reference policy's parameters."""
+    if self.ref_params is None:
+      return lora.without_adapters(self.params)
+    return self.ref_params
+
+
+def new_player_state(params, optimizer: optax.GradientTransformation
+                     ) -> PlayerState:
+  """A player starting from `params` (arrays, or ShapeDtypeStructs under
+  jax.eval_shape): a fresh optimiser state over what trains, and its
+  reference (a copy of `params`, or none with adapters)."""
+  trainable, _ = lora.split(params)
+  reference = (None if lora.has_adapters(params)
+               else jax.tree.map(lambda x: x.copy(), params))
+  return PlayerState(params=params, opt_state=optimizer.init(trainable),
+                     ref_params=reference)
 
 
 @flax.struct.dataclass

@@ -38,6 +38,7 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
     ("cache_length", None),
     ("layers", None),
     ("norm", None),
+    ("lora", None),
 )
 
 

@@ -12,6 +12,9 @@ from typing import Any, Mapping
 
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 ATTENTION = ("xla", "splash", "splash_interpret", "dot_product")
+# The decoder's projections, the modules a low-rank adapter can target.
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+               "down_proj")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +63,10 @@ class ModelConfig:
       attention on a CUDA GPU when dtype is bfloat16 or float16, its XLA
       implementation otherwise; models/decoder.py, `dot_product_attention`).
       Decoding with a cache always takes the "xla" path.
+    lora_rank: r of the low-rank adapters on `lora_targets` (models/lora.py);
+      0: none.
+    lora_alpha: the adapters' product is scaled by lora_alpha / lora_rank.
+    lora_targets: the PROJECTIONS that carry an adapter.
   """
 
   vocab_size: int
@@ -81,6 +88,9 @@ class ModelConfig:
   remat_policy: str = "none"
   scan_layers: bool = False
   attention: str = "xla"
+  lora_rank: int = 0
+  lora_alpha: float = 16.0
+  lora_targets: tuple[str, ...] = PROJECTIONS
 
   def __post_init__(self):
     for field in ("vocab_size", "hidden_size", "intermediate_size",
@@ -111,6 +121,14 @@ class ModelConfig:
     if self.attention not in ATTENTION:
       raise ValueError(f"ModelConfig.attention={self.attention!r}; expected "
                        f"one of {ATTENTION}.")
+    if self.lora_rank < 0:
+      raise ValueError(f"ModelConfig.lora_rank={self.lora_rank} must be >= 0 "
+                       "(0: no adapters).")
+    object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+    unknown = [t for t in self.lora_targets if t not in PROJECTIONS]
+    if unknown or (self.lora_rank and not self.lora_targets):
+      raise ValueError(f"ModelConfig.lora_targets={self.lora_targets}: "
+                       f"expected a non-empty subset of {PROJECTIONS}.")
     if isinstance(self.rope_scaling, Mapping):
       object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
 

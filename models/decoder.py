@@ -54,6 +54,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from models import lora
 from models import splash
 from models.config import ModelConfig
 
@@ -195,7 +196,38 @@ class Projection(nn.Module):
       bias = _param(self, "bias", nn.initializers.zeros, self.out_shape,
                     self.kernel_axes[n_in:], cfg)
       y = y + bias.astype(out_dtype)
+    if self._adapted():
+      y = y + self._adapter(x, out_dtype)
     return y
+
+  def _adapted(self) -> bool:
+    """Whether this call adds a low-rank adapter: the config targets this
+    projection and (past init) its parameters hold one; a tree without
+    adapters runs the base (models/lora.py)."""
+    cfg = self.config
+    if not cfg.lora_rank or self.name not in cfg.lora_targets:
+      return False
+    return self.is_initializing() or self.has_variable("params", "lora_a")
+
+  def _adapter(self, x: jax.Array, out_dtype) -> jax.Array:
+    """(alpha / r) (x A) B for A: f32[*in, r], B: f32[r, *out] (B zero at
+    init), in the compute dtype, accumulated in out_dtype."""
+    cfg = self.config
+    n_in, r = len(self.in_shape), cfg.lora_rank
+    in_axes, out_axes = self.kernel_axes[:n_in], self.kernel_axes[n_in:]
+    a = self.param("lora_a", nn.with_logical_partitioning(
+        lora.a_init(self.in_shape), in_axes + ("lora",)),
+                   self.in_shape + (r,), jnp.float32)
+    b = self.param("lora_b", nn.with_logical_partitioning(
+        nn.initializers.zeros, ("lora",) + out_axes),
+                   (r,) + self.out_shape, jnp.float32)
+    xa = jax.lax.dot_general(
+        x.astype(cfg.dtype), a.astype(cfg.dtype),
+        ((tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in))), ((), ())))
+    y = jax.lax.dot_general(xa, b.astype(cfg.dtype),
+                            (((xa.ndim - 1,), (0,)), ((), ())),
+                            preferred_element_type=out_dtype)
+    return y * jnp.asarray(lora.scale(cfg), out_dtype)
 
 
 def _attention_scores(q: jax.Array, keys: jax.Array,

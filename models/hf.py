@@ -81,10 +81,12 @@ _TIED_HEAD_PATH = ("tied_lm_head",)
 # Buffers some HF checkpoints carry that hold no weights.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
-# ModelConfig fields that only choose how the model is computed; the rest must
+# ModelConfig fields that only choose how the model is computed, or add
+# adapters an HF checkpoint does not hold (models/lora.py); the rest must
 # agree with config.json when a config is passed to `load_hf_params`.
 _COMPUTE_FIELDS = ("dtype", "param_dtype", "logits_dtype", "remat_policy",
-                   "scan_layers", "max_position_embeddings")
+                   "scan_layers", "max_position_embeddings", "lora_rank",
+                   "lora_alpha", "lora_targets")
 
 # Items of the orbax checkpoint written by `save_checkpoint`.
 _PARAMS_ITEM = "params"

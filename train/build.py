@@ -20,6 +20,7 @@ from genenv_jax import sharding
 from models import decoder
 from models import hf
 from models import hf_sharded
+from models import lora
 from models.config import get_preset
 from train.checkpoints import checkpointing
 from train.checkpoints import state_layout
@@ -32,16 +33,27 @@ def _optimizer(player_cfg) -> optax.GradientTransformation:
                   b2=player_cfg.b2, weight_decay=player_cfg.weight_decay))
 
 
+def _lora_fields(player_cfg) -> dict:
+  """The ModelConfig fields of a player's `lora` block (rank 0: none)."""
+  block = player_cfg.get("lora")
+  if block is None or not block.rank:
+    return {}
+  return dict(lora_rank=block.rank, lora_alpha=float(block.alpha),
+              lora_targets=tuple(t.strip() for t in block.targets.split(",")
+                                 if t.strip()))
+
+
 def build_players(config, domain) -> coevolve.Players:
   """Model configs and optimisers of both players.
 
   A player whose config names an `hf_dir` takes its architecture from that HF
   directory's config.json (model_overrides may only change how it computes:
   dtypes, remat, scan); otherwise it is the `model` preset with the domain's
-  vocabulary.
+  vocabulary. A `lora` block of rank > 0 gives it low-rank adapters
+  (models/lora.py), which alone then train.
   """
   def model(player_cfg):
-    overrides = dict(player_cfg.model_overrides)
+    overrides = dict(player_cfg.model_overrides, **_lora_fields(player_cfg))
     hf_dir = player_cfg.get("hf_dir", "")
     if hf_dir:
       model_config = hf.config_from_hf(hf.read_hf_config(hf_dir)).replace(
@@ -63,14 +75,23 @@ def init_player_params(model_config, key, mesh, rules, hf_dir: str = ""):
   """A player's parameters laid out per `rules`: random from `key`, or the
   weights of the HF directory `hf_dir` (local or gs://) when given, read
   shard by shard into that layout (models/hf_sharded.py: each process reads
-  only what its devices hold)."""
+  only what its devices hold). A model with adapters gets them initialised
+  from `key` beside the base (B zero: the base's function)."""
   init = functools.partial(decoder.init_boxed, model_config)
   if not hf_dir:
     params, _ = sharding.sharded_init(init, mesh, rules, key)
     return params
+  base_config = lora.base_config(model_config)
   shardings = nn.unbox(sharding.shardings_from_boxed(
-      jax.eval_shape(init, key), mesh, rules))
-  return hf_sharded.load_sharded(hf_dir, model_config, shardings)
+      jax.eval_shape(functools.partial(decoder.init_boxed, base_config), key),
+      mesh, rules))
+  base = hf_sharded.load_sharded(hf_dir, base_config, shardings)
+  if not model_config.lora_rank:
+    return base
+  # Only the adapters are returned, so the compiled init computes no base.
+  adapters, _ = sharding.sharded_init(lambda k: lora.split(init(k))[0], mesh,
+                                      rules, key)
+  return lora.join(adapters, base)
 
 
 def init_both_players(config, players: coevolve.Players, mesh, rules):
@@ -98,32 +119,38 @@ def create_state(config, domain, players, agent_params, simulator_params,
   reference and the simulator's initial model. Every leaf's sharding is
   derived from the parameters' (train/checkpoints/state_layout.py).
   """
-  copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)
   host = state_layout.host_parts(config, domain, base_rows, base_difficulty)
   unplaced = coevolve.CoevolveState(
-      agent=coevolve.PlayerState(
-          params=agent_params,
-          opt_state=jax.eval_shape(players.agent_opt.init, agent_params),
-          ref_params=agent_params),
-      simulator=coevolve.PlayerState(
-          params=simulator_params,
-          opt_state=jax.eval_shape(players.simulator_opt.init,
-                                   simulator_params),
-          ref_params=simulator_params),
+      agent=jax.eval_shape(functools.partial(
+          coevolve.new_player_state, optimizer=players.agent_opt),
+                           agent_params),
+      simulator=jax.eval_shape(functools.partial(
+          coevolve.new_player_state, optimizer=players.simulator_opt),
+                               simulator_params),
       **host)
+  unplaced = unplaced.replace(
+      agent=unplaced.agent.replace(params=agent_params),
+      simulator=unplaced.simulator.replace(params=simulator_params))
   shardings = state_layout.state_shardings(players, unplaced, mesh)
   everywhere = lambda tree, s: jax.tree.map(sharding.from_host, tree, s)
+
+  def player(params, optimizer, s: coevolve.PlayerState):
+    # The parameters are placed as they are: only the optimiser state and
+    # the reference (a copy, or none with adapters) are made here.
+    trainable, _ = lora.split(params)
+    reference = None
+    if s.ref_params is not None:
+      reference = jax.jit(lambda p: jax.tree.map(lambda x: x.copy(), p),
+                          out_shardings=s.ref_params)(params)
+    return coevolve.PlayerState(
+        params=params,
+        opt_state=jax.jit(optimizer.init, out_shardings=s.opt_state)(
+            trainable),
+        ref_params=reference)
   state = coevolve.CoevolveState(
-      agent=coevolve.PlayerState(
-          params=agent_params,
-          opt_state=jax.jit(players.agent_opt.init, out_shardings=(
-              shardings.agent.opt_state))(agent_params),
-          ref_params=copy(agent_params)),
-      simulator=coevolve.PlayerState(
-          params=simulator_params,
-          opt_state=jax.jit(players.simulator_opt.init, out_shardings=(
-              shardings.simulator.opt_state))(simulator_params),
-          ref_params=copy(simulator_params)),
+      agent=player(agent_params, players.agent_opt, shardings.agent),
+      simulator=player(simulator_params, players.simulator_opt,
+                       shardings.simulator),
       pool=everywhere(host["pool"], shardings.pool),
       generation_pool=everywhere(host["generation_pool"],
                                  shardings.generation_pool),

@@ -15,6 +15,7 @@ from genenv_jax import (coevolve, curriculum, config_fields as fields, losses,
                         scripted, sharding)
 from genenv_jax import pool as pool_lib
 from genenv_jax.domains import DOMAINS
+from models.config import PROJECTIONS
 from train.warmstart import SIMULATOR_LESSONS, SIMULATOR_STARTS
 
 
@@ -78,6 +79,13 @@ def _player(config, player: str) -> None:
   fields.number(config, f"{player}.b1", low=0.0, high=1.0, open_high=True)
   fields.number(config, f"{player}.b2", low=0.0, high=1.0, open_high=True)
   fields.number(config, f"{player}.grad_clip", low=0.0, open_low=True)
+  fields.integer(config, f"{player}.lora.rank", low=0)
+  fields.number(config, f"{player}.lora.alpha", low=0.0, open_low=True)
+  targets = config[player].lora.targets
+  names = [t.strip() for t in str(targets).split(",") if t.strip()]
+  if not names or any(t not in PROJECTIONS for t in names):
+    fields.fail(f"{player}.lora.targets", targets,
+                f"comma-separated names from {PROJECTIONS}")
 
 
 def _warmstart(config, dims) -> None:

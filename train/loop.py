@@ -199,7 +199,7 @@ def _start(run: _Run) -> tuple[coevolve.CoevolveState, heldout.Answers]:
   if run.chief:
     checkpointing.save_step0_answers(run.workdir, step0_answers)
   run.writer.flush()
-  run.ckpt.save(0, state_checkpoint.without_references(state))
+  run.ckpt.save(0, state_checkpoint.saved_form(state, 0))
   run.ckpt.finish()
   if run.chief:  # checkpoint 0 holds stage 1's result now
     warmstart.checkpoint_dir(run.path).rmtree(missing_ok=True)
@@ -284,7 +284,7 @@ def _coevolve(run: _Run, state: coevolve.CoevolveState,
     if saved or preempted:
       skipped.check()  # never save a diverged state
       writer.flush()  # metrics.jsonl holds every record up to the checkpoint
-      ckpt.save(step, state_checkpoint.without_references(state))
+      ckpt.save(step, state_checkpoint.saved_form(state, step))
       if run.chief and preempted:
         step_metrics.save(run.workdir, step)
     if preempted:

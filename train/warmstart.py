@@ -18,10 +18,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from genenv_jax import coevolve_state
 from genenv_jax import domains
 from genenv_jax import policy
 from genenv_jax import sharding
 from genenv_jax.domains.base import TaskDomain
+from models import lora
 from models.config import ModelConfig
 from train.checkpoints import checkpointing
 from train.runtime import dispatch
@@ -117,25 +119,29 @@ def supervised_update(model_config: ModelConfig,
                       opt: optax.GradientTransformation, mesh, rules):
   """The jitted warm-start step `(params, opt_state, batch) -> (params,
   opt_state, loss, skipped)`; batch: a SupervisedData of int32/bool [B, P]
-  and [B, R] arrays. A step whose loss, gradient or update is not finite
-  leaves params and opt_state as they were (skipped = 1)."""
-  def loss_fn(params, batch: SupervisedData):
-    return policy.nll_loss(model_config, params, batch.prompt,
-                           batch.prompt_mask, batch.target, batch.target_mask,
-                           loss_mask=batch.loss_mask)
+  and [B, R] arrays. Only what trains (`lora.split`: every parameter, or
+  the adapters alone) is differentiated and has an optimiser state. A step
+  whose loss, gradient or update is not finite leaves params and opt_state
+  as they were (skipped = 1)."""
+  def loss_fn(trainable, frozen, batch: SupervisedData):
+    return policy.nll_loss(model_config, lora.join(trainable, frozen),
+                           batch.prompt, batch.prompt_mask, batch.target,
+                           batch.target_mask, loss_mask=batch.loss_mask)
 
   @jax.jit
   @sharding.in_mesh(mesh, rules)
   def update(params, opt_state, batch):
-    loss, grads = jax.value_and_grad(loss_fn)(params, batch)
-    updates, new_opt_state = opt.update(grads, opt_state, params)
+    trainable, frozen = lora.split(params)
+    loss, grads = jax.value_and_grad(loss_fn)(trainable, frozen, batch)
+    updates, new_opt_state = opt.update(grads, opt_state, trainable)
     finite = (jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads))
               & jnp.isfinite(optax.tree.norm(updates)))
-    params, opt_state = jax.tree.map(
+    trainable, opt_state = jax.tree.map(
         lambda new, old: jnp.where(finite, new, old),
-        (optax.apply_updates(params, updates), new_opt_state),
-        (params, opt_state))
-    return params, opt_state, loss, 1.0 - finite.astype(jnp.float32)
+        (optax.apply_updates(trainable, updates), new_opt_state),
+        (trainable, opt_state))
+    return (lora.join(trainable, frozen), opt_state, loss,
+            1.0 - finite.astype(jnp.float32))
 
   return update
 
@@ -147,6 +153,10 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
                      checkpoint_every: int = 0, name: str = "warmstart",
                      label: str = "") -> tuple[object, list[float]]:
   """AdamW on the token NLL of data.target; returns (params, losses per step).
+
+  A model with adapters trains its adapters only, and they are folded into
+  its base at the end (`lora.restart`: B back at zero), so the warm-started
+  model is the base, and the reference, of what follows.
 
   A step whose loss or gradient norm is not finite leaves params and the
   optimiser state as they were; once more than `max_skipped_updates` steps
@@ -163,7 +173,7 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
     return params, []
   opt = supervised_optimizer(learning_rate, steps)
   update = supervised_update(model_config, opt, mesh, rules)
-  opt_state = jax.jit(opt.init)(params)
+  opt_state = jax.jit(opt.init)(lora.split(params)[0])
   # Leaves not laid out over the mesh (the step counter) are replicated over
   # it, so a restored state has one layout with the parameters.
   opt_state = jax.device_put(opt_state, jax.tree.map(
@@ -216,7 +226,8 @@ def train_supervised(model_config: ModelConfig, params, data: SupervisedData,
     if reporter:
       reporter.update(step)
   skipped.check()
-  return params, [float(x) for x in jax.device_get(loss_history)]
+  return (lora.restart(params, model_config),
+          [float(x) for x in jax.device_get(loss_history)])
 
 CHECKPOINT_DIR = "warmstart_checkpoints"
 
@@ -340,6 +351,5 @@ def started_simulator_state(config, domain: TaskDomain, players,
   reference (the initial simulator of co-evolution)."""
   params = start_simulator(config, domain, players.simulator_model,
                            simulator.params, rows, difficulty, mesh, rules)
-  return simulator.replace(
-      params=params, opt_state=jax.jit(players.simulator_opt.init)(params),
-      ref_params=jax.tree.map(lambda x: x.copy(), params))
+  return jax.jit(functools.partial(coevolve_state.new_player_state,
+                                   optimizer=players.simulator_opt))(params)

@@ -87,6 +87,7 @@ from genenv_jax import scripted
 from genenv_jax import sharding
 from genenv_jax.domains import get_domain
 from genenv_jax.sampling import SamplingConfig, sample
+from models import lora
 from train import build
 from train import heldout
 from train import warmstart
@@ -306,12 +307,13 @@ def programs(setup: Setup, heldout_rows: int,
       continue
     opt = warmstart.supervised_optimizer(ws.learning_rate, steps)
     params = setup.params[player]
-    opt_shapes = jax.eval_shape(opt.init, params)
+    trainable, _ = lora.split(params)
+    opt_shapes = jax.eval_shape(opt.init, trainable)
     opt_state = jax.tree.map(_abstract, opt_shapes,
                              state_layout.opt_state_shardings(
                                  opt, opt_shapes,
                                  state_layout.param_shardings(
-                                     params, setup.mesh, player),
+                                     trainable, setup.mesh, player),
                                  setup.mesh, player))
     p, r = widths[player]
     b = ws.batch_size
@@ -481,9 +483,9 @@ def phases(setup: Setup, only: tuple[str, ...] = (),
        sampling_bytes(agent, state.agent.params, n, p, r)),
       ("agent_reference", logprobs(agent, cc.agent_temperature,
                                    cc.agent_minibatches),
-       (state.agent.ref_params,) + tuple(agent_batch[:4]),
+       (state.agent.reference(),) + tuple(agent_batch[:4]),
        n * (p + r) * fwd(agent, common.causal_context(p + r)),
-       cc.agent_minibatches * _param_bytes(state.agent.ref_params)),
+       cc.agent_minibatches * _param_bytes(state.agent.reference())),
       ("agent_update",
        lambda st, batch, k: coevolve.agent_update(config, players, st, batch, k),
        (state.agent, agent_batch, setup.key()),
@@ -491,11 +493,11 @@ def phases(setup: Setup, only: tuple[str, ...] = (),
        update_bytes(state.agent.params,
                     cc.agent_epochs * cc.agent_minibatches)),
       ("simulator_reference", logprobs(sim, cc.simulator_temperature),
-       (state.simulator.ref_params, b((gen, pe), jnp.int32, "prompt"),
+       (state.simulator.reference(), b((gen, pe), jnp.int32, "prompt"),
         b((gen, pe), jnp.bool_, "prompt_mask"), b((gen, ls), jnp.int32, "task"),
         b((gen, ls), jnp.bool_, "task_mask")),
        gen * (pe + ls) * fwd(sim, common.causal_context(pe + ls)),
-       _param_bytes(state.simulator.ref_params)),
+       _param_bytes(state.simulator.reference())),
   ]
   if config.simulator_update.method != "none":
     specs.append((

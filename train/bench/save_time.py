@@ -7,7 +7,7 @@ modeled at 7B from the checkpoint's bytes and Cloud Storage write bandwidth.
   PYTHONPATH=. python -m train.bench.save_time --model_only \\
       [--model_variant=7b] [--hosts=8] [--host_gbytes_per_s=1.6]
 
-Measured: the state a run checkpoints (`state_checkpoint.without_references`
+Measured: the state a run checkpoints past step 0 (`state_checkpoint.saved_form`
 of the CoevolveState `state_layout.abstract_state` gives for --config: both
 players' parameters and AdamW states, the pools, the rng and the step; not
 the frozen references, which a restore reads from step 0) is filled with
@@ -124,7 +124,7 @@ def saved_shapes(config, mesh_shape=None, devices=None):
   state, _ = state_layout.abstract_state(
       config, domain, players, rows, np.ones(len(rows), np.int32), mesh,
       sharding.DEFAULT_RULES)
-  return state_checkpoint.without_references(state), players
+  return state_checkpoint.saved_form(state, 1), players
 
 
 def breakdown(saved) -> dict[str, int]:

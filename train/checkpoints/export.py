@@ -7,7 +7,8 @@ Reads the run's config.json (the player's architecture: its `hf_dir`, or its
 preset with the task domain's vocabulary, as `build.build_players` makes it),
 restores from `checkpoints/` only that player's parameters (an orbax partial
 restore: neither the other player, the optimiser states, the references nor
-the pools are read), and writes sharded safetensors with their index,
+the pools are read), folds any low-rank adapters into their kernels
+(models/lora.py), and writes sharded safetensors with their index,
 config.json with the bos/eos/pad ids, generation_config.json (the stop ids:
 the domain's eos and, when the player started from an HF checkpoint, that
 checkpoint's own) and the tokenizer files (the player's hf_dir's, else the
@@ -26,6 +27,7 @@ import jax
 from genenv_jax.domains import get_domain
 from models import decoder
 from models import hf
+from models import lora
 from train import build
 from train.checkpoints import state_checkpoint
 from train.checkpoints import workdir as workdir_lib
@@ -35,11 +37,11 @@ PLAYERS = ("agent", "simulator")
 
 def restore_player_params(run: str, player: str, step: int | None = None):
   """(step, the player's params as host numpy arrays), restoring only the
-  subtree `<player>.params` of the checkpointed CoevolveState."""
+  subtree `<player>.params` of the checkpointed CoevolveState (and, for a
+  player with adapters past step 0, its base from step 0)."""
   if player not in PLAYERS:
     raise ValueError(f"--player {player!r}: expected one of {PLAYERS}.")
-  step, parts = state_checkpoint.read_parts(run, step, [f"{player}.params"])
-  return step, parts[f"{player}.params"]
+  return state_checkpoint.read_player_params(run, step, player)
 
 
 def _check_shapes(params, model_config, where: str) -> None:
@@ -69,6 +71,9 @@ def export_player(run: str, player: str, out: str, step: int | None = None,
                          f"{player}_model")
   step, params = restore_player_params(run, player, step)
   _check_shapes(params, model_config, f"--run {run} --player {player}")
+  # Adapters are folded into their kernels: an ordinary HF checkpoint.
+  params = lora.fold(params, model_config)
+  model_config = lora.base_config(model_config)
   hf_dir = player_cfg.get("hf_dir", "")
   tokenizer_dir = hf_dir or config.task.get("tokenizer_dir", "") or None
   if tokenizer_dir and not any(os.path.isfile(os.path.join(tokenizer_dir, n))

@@ -1,16 +1,19 @@
-"""The co-evolution state in checkpoints without the frozen references.
+"""The co-evolution state in checkpoints without the frozen weights.
 
 Both references are the players' step-0 parameters (the agent's GRPO
 reference and the simulator's initial model never change), and the step-0
 checkpoint is kept for good (checkpointing.Checkpoints). So every checkpoint
-is written without `ref_params` (`without_references`), and a restore reads them back as the
-parameters of the step-0 checkpoint: each step's checkpoint holds the two
-trained players, their optimiser states and the pools, not two more copies of
-the weights.
+is written without `ref_params`, and a restore reads them back as the
+parameters of the step-0 checkpoint. A player with low-rank adapters
+(models/lora.py) has no reference copy, and past step 0 its checkpoints hold
+its adapters alone: its base weights never change after step 0, whose
+checkpoint holds them (`saved_form`). Each step's checkpoint thus holds what
+trained, the optimiser states and the pools, never another copy of frozen
+weights.
 
 It is also the one reader of a run's checkpoints apart from the run
-(`read_parts`): the tools, the export and the tests read the subtrees they
-need, on the host, from a local or gs:// workdir.
+(`read_parts`, `read_player_params`): the tools, the export and the tests
+read the subtrees they need, on the host, from a local or gs:// workdir.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from genenv_jax import coevolve
+from models import lora
 from train.checkpoints import checkpointing
 
 # The item under which the run's CheckpointManager saves the state.
@@ -38,16 +42,39 @@ def _partial_restore(item: epath.Path, wanted: dict, restore_args: Any
       item=wanted, restore_args=restore_args, partial_restore=True))
 
 
-def without_references(state: coevolve.CoevolveState) -> coevolve.CoevolveState:
-  """`state` (arrays or ShapeDtypeStructs) with both ref_params set to None."""
-  return state.replace(agent=state.agent.replace(ref_params=None),
-                       simulator=state.simulator.replace(ref_params=None))
+def saved_form(state: coevolve.CoevolveState, step: int
+               ) -> coevolve.CoevolveState:
+  """What the checkpoint of `state` (arrays or ShapeDtypeStructs) at `step`
+  holds: both ref_params None and, past step 0, a player with adapters
+  holding its adapters alone as `params`."""
+  def player(p: coevolve.PlayerState) -> coevolve.PlayerState:
+    p = p.replace(ref_params=None)
+    if step and lora.has_adapters(p.params):
+      p = p.replace(params=lora.split(p.params)[0])
+    return p
+  return state.replace(agent=player(state.agent),
+                       simulator=player(state.simulator))
+
+
+def _from_step0(target: coevolve.CoevolveState, step: int) -> dict:
+  """The subtrees of the step-0 checkpoint a restore at `step` needs, per
+  player (target's ShapeDtypeStructs): its parameters as the reference, or,
+  with adapters, past step 0 its base."""
+  wanted = {}
+  for name in ("agent", "simulator"):
+    p = getattr(target, name)
+    if p.ref_params is not None:
+      wanted[name] = {"params": p.ref_params}
+    elif step:
+      wanted[name] = {"params": lora.split(p.params)[1]}
+  return wanted
 
 
 def restore(manager: ocp.CheckpointManager, step: int,
             target: coevolve.CoevolveState) -> coevolve.CoevolveState:
   """The state saved at `step`, laid out as `target` (ShapeDtypeStructs with
-  shardings), its references read from the step-0 checkpoint's parameters.
+  shardings), its references (and the base of a player with adapters) read
+  from the step-0 checkpoint's parameters.
 
   Raises FileNotFoundError when the step-0 checkpoint is gone.
   """
@@ -57,24 +84,28 @@ def restore(manager: ocp.CheckpointManager, step: int,
         "references (the step-0 parameters) every later checkpoint needs.")
   try:
     state = manager.restore(
-        step, args=ocp.args.StandardRestore(without_references(target)))
+        step, args=ocp.args.StandardRestore(saved_form(target, step)))
   except Exception as e:
     raise RuntimeError(f"{manager.directory / str(step)}: the checkpoint could "
                        f"not be restored: {type(e).__name__}: {e}") from e
-  wanted = {"agent": {"params": target.agent.ref_params},
-            "simulator": {"params": target.simulator.ref_params}}
+  wanted = _from_step0(target, step)
   try:
-    refs = _partial_restore(
+    step0 = _partial_restore(
         manager.directory / "0" / STATE_ITEM, wanted,
-        ocp.checkpoint_utils.construct_restore_args(wanted))
+        ocp.checkpoint_utils.construct_restore_args(wanted)) if wanted else {}
   except Exception as e:
     raise RuntimeError(
         f"{manager.directory / '0'}: the step-0 parameters (the frozen "
         f"references) could not be restored: {type(e).__name__}: {e}") from e
-  return state.replace(
-      agent=state.agent.replace(ref_params=refs["agent"]["params"]),
-      simulator=state.simulator.replace(
-          ref_params=refs["simulator"]["params"]))
+
+  def player(name: str) -> coevolve.PlayerState:
+    p = getattr(state, name)
+    if name not in step0:
+      return p
+    if getattr(target, name).ref_params is not None:
+      return p.replace(ref_params=step0[name]["params"])
+    return p.replace(params=lora.join(p.params, step0[name]["params"]))
+  return state.replace(agent=player("agent"), simulator=player("simulator"))
 
 
 def checkpoint_step(workdir: str, step: int | None) -> tuple[int, epath.Path]:
@@ -170,6 +201,34 @@ def read_sharded(workdir: str, step: int | None, part: str, target: Any) -> Any:
   return restored
 
 
+def read_player_params(workdir: str, step: int | None, player: str
+                       ) -> tuple[int, Any]:
+  """(step, the parameters of `player` ("agent" or "simulator") saved at
+  `step` (None: the latest), as host numpy arrays): whole, its base read
+  from step 0 where the checkpoint holds its adapters alone."""
+  part = f"{player}.params"
+  step, parts = read_parts(workdir, step, [part])
+  params = parts[part]
+  if step and lora.has_adapters(params) and not lora.split(params)[1]:
+    _, step0 = read_parts(workdir, 0, [part])
+    params = lora.join(params, lora.split(step0[part])[1])
+  return step, params
+
+
+def read_player_params_sharded(workdir: str, step: int | None, player: str,
+                               target: Any) -> Any:
+  """`read_player_params` restored straight into the layout of `target`
+  (the player's parameters as ShapeDtypeStructs with shardings,
+  state_layout.abstract_params), each process reading only its shards."""
+  step, _ = checkpoint_step(workdir, step)
+  part = f"{player}.params"
+  if step and lora.has_adapters(target):
+    adapters = read_sharded(workdir, step, part, lora.split(target)[0])
+    base = lora.split(read_sharded(workdir, 0, part, target))[1]
+    return lora.join(adapters, base)
+  return read_sharded(workdir, step, part, target)
+
+
 def read_state(workdir: str, step: int | None) -> tuple[int, dict[str, Any]]:
   """(step, every array of the state saved at `step` (None: the latest) in
   `workdir`, as host numpy arrays in nested dicts): both players'
@@ -187,13 +246,3 @@ def _saved_tree(item: epath.Path) -> dict:
   metadata = ocp.PyTreeCheckpointer().metadata(item)
   tree = getattr(metadata, "item_metadata", metadata)
   return getattr(tree, "tree", tree)
-
-
-def copy_references(state: coevolve.CoevolveState) -> coevolve.CoevolveState:
-  """A restored step-0 state (ref_params None) with its parameters copied as
-  the references."""
-  copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)
-  return state.replace(
-      agent=state.agent.replace(ref_params=copy(state.agent.params)),
-      simulator=state.simulator.replace(
-          ref_params=copy(state.simulator.params)))

@@ -3,7 +3,8 @@ as shapes alone.
 
 Each leaf's NamedSharding is derived, never defaulted: parameters and the
 frozen references keep their parameters' shardings, every optimiser-state
-leaf shaped like a parameter takes that parameter's sharding, and the
+leaf shaped like a trained parameter (every parameter, or the adapters
+alone: models/lora.py) takes that parameter's sharding, and the
 optimiser's scalars (step counts), the pools, the rng and the step counter are
 replicated by name. A parameter without a NamedSharding on the mesh, or an
 optimiser-state leaf that is neither parameter-shaped nor a scalar, is an
@@ -29,6 +30,7 @@ from genenv_jax import pool as pool_lib
 from genenv_jax import scripted
 from genenv_jax import sharding
 from models import decoder
+from models import lora
 
 
 def _path_name(path) -> str:
@@ -84,11 +86,12 @@ def state_shardings(players: coevolve.Players, state, mesh):
 
   def player(p: coevolve.PlayerState, optimizer, name: str):
     shardings = param_shardings(p.params, mesh, f"{name}/params")
+    trainable, _ = lora.split(shardings)
     return coevolve.PlayerState(
         params=shardings,
-        opt_state=opt_state_shardings(optimizer, p.opt_state, shardings, mesh,
+        opt_state=opt_state_shardings(optimizer, p.opt_state, trainable, mesh,
                                       name),
-        ref_params=shardings)
+        ref_params=None if p.ref_params is None else shardings)
   return coevolve.CoevolveState(
       agent=player(state.agent, players.agent_opt, "agent"),
       simulator=player(state.simulator, players.simulator_opt, "simulator"),
@@ -138,17 +141,20 @@ def abstract_state(config, domain, players: coevolve.Players,
   what a checkpoint restores into, with no weights loaded or initialised."""
   agent = abstract_params(players.agent_model, mesh, rules)
   simulator = abstract_params(players.simulator_model, mesh, rules)
-  shapes = jax.eval_shape(lambda: coevolve.CoevolveState(
-      agent=coevolve.PlayerState(agent, players.agent_opt.init(agent), agent),
-      simulator=coevolve.PlayerState(
-          simulator, players.simulator_opt.init(simulator), simulator),
-      **host_parts(config, domain, base_rows, base_difficulty)))
+  shapes = jax.eval_shape(lambda a, s: coevolve.CoevolveState(
+      agent=coevolve.new_player_state(a, players.agent_opt),
+      simulator=coevolve.new_player_state(s, players.simulator_opt),
+      **host_parts(config, domain, base_rows, base_difficulty)),
+                          agent, simulator)
   # eval_shape drops the parameters' shardings; they come back from the
   # abstract parameters.
+  reference = lambda p, params: None if p.ref_params is None else params
   shapes = shapes.replace(
-      agent=shapes.agent.replace(params=agent, ref_params=agent),
-      simulator=shapes.simulator.replace(params=simulator,
-                                         ref_params=simulator))
+      agent=shapes.agent.replace(
+          params=agent, ref_params=reference(shapes.agent, agent)),
+      simulator=shapes.simulator.replace(
+          params=simulator,
+          ref_params=reference(shapes.simulator, simulator)))
   shardings = state_shardings(players, shapes, mesh)
   target = jax.tree.map(
       lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),

@@ -159,7 +159,8 @@ def load_agent(run: str, hf_dir: str, step: int | None, dtype: str,
   model = model.replace(dtype=dtype or model.dtype)
   try:
     target = state_layout.abstract_params(model, device_mesh, RULES)
-    params = state_checkpoint.read_sharded(run, step, "agent.params", target)
+    params = state_checkpoint.read_player_params_sharded(run, step, "agent",
+                                                         target)
   except FileNotFoundError as e:
     raise InputError(str(e)) from e
   except ValueError as e:

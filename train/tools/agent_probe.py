@@ -17,6 +17,7 @@ JSON line per evaluation with the held-out accuracy per difficulty level
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -117,9 +118,8 @@ def run(config, workdir: str, method: str, levels: list[int], steps: int,
     report(steps, loss=round(float(np.mean(losses[-eval_every:])), 4))
     return records
 
-  agent = coevolve.PlayerState(
-      params=params, opt_state=jax.jit(players.agent_opt.init)(params),
-      ref_params=jax.tree.map(jnp.copy, params))
+  agent = jax.jit(functools.partial(coevolve.new_player_state,
+                                    optimizer=players.agent_opt))(params)
   step_fn = _grpo_step(config, domain, players, mesh, rules)
   window = dispatch.DispatchWindow()
   rewards = []

@@ -20,8 +20,8 @@ from train.checkpoints import state_checkpoint
 def agent_params(workdir: str, mesh, step: int = 0):
   """The agent's parameters in checkpoint `step` of the run in `workdir`
   (0: the warm-started agent), replicated over `mesh`."""
-  _, parts = state_checkpoint.read_parts(workdir, step, ["agent.params"])
-  return jax.device_put(parts["agent.params"], sharding.replicated(mesh))
+  _, params = state_checkpoint.read_player_params(workdir, step, "agent")
+  return jax.device_put(params, sharding.replicated(mesh))
 
 
 def _pool(workdir: str, step: int | None, name: str
