@@ -28,6 +28,15 @@ Variants (`--config=configs/qwen_tpu.py:VARIANT`):
         7b_bfcl_multi_turn. Its coevolve_step compiled for v4-64 peaks at
         15.7 GiB per chip (docs/tpu_pods.md). Needs requirements-alfworld.txt
         on every worker (launch/tpu_pod.sh installs it for this preset).
+  7b_lora  the 7b players with rank-16 low-rank adapters on every projection
+        (config.{agent,simulator}.lora, models/lora.py) on one host, a v5e-8
+        (v5litepod-8) or a v4-8: only the adapters and their AdamW moments
+        train, the base weights are frozen and kept in bfloat16, and each
+        player's reference is its base with the adapters off (no second
+        copy). Half the 7b batch (8 seeds x 4 + 8 replayed tasks, 8 attempts:
+        320 rows) in 20 GRPO minibatches of 16, remat "full", learning rates
+        10x the full fine-tune's (module doc, LORA). Every program's peak per
+        chip is in docs/tpu_pods.md ("7B on one host with LoRA").
 
 launch/tpu_pod.sh starts it on every worker of a pod slice and fills in the
 paths of this command:
@@ -88,6 +97,7 @@ import ml_collections
 
 from configs import alfworld
 from configs import text
+from configs import travelplanner
 
 # Per size: the model preset and its (padded) vocabulary, mesh, remat policy,
 # log-prob chunk and GRPO minibatches. At 7B, remat "dots_no_batch" keeps the
@@ -115,12 +125,31 @@ SIZES = {
 DEFAULT_SIZE = "7b"
 DECODE_WINDOWS = 16
 # The episodic domains the 7b players run on, by variant suffix.
-EPISODIC = ("_bfcl_multi_turn", "_alfworld")
+EPISODIC = ("_bfcl_multi_turn", "_alfworld", "_travelplanner")
+# The single-answer text benchmarks (configs/text.py's variant of the same
+# name) the 7b players run on, by variant suffix: the 7b batches at the
+# benchmark's widths, remat "full" (their rows are 1.6-2.4x the 7b preset's).
+SINGLE = ("_bfcl", "_api_bank")
+SINGLE_REMAT = "full"
 EPISODIC_MINIBATCHES = 20
 EPISODIC_LOGPROB_CHUNK = 32
 EPISODIC_REMAT = "full"
 EPISODIC_HELDOUT_ROWS = 64
-VARIANTS = tuple(SIZES) + ("cpu",) + tuple(DEFAULT_SIZE + e for e in EPISODIC)
+# 7B on one host (v5litepod-8, v4-8) with low-rank adapters on both players
+# (the "7b_lora" variant, module doc): what it changes from the 7b preset.
+# The frozen base in bfloat16 halves the weights' bytes (there is no update
+# of them to lose to bf16 rounding; the adapters stay float32). Half the
+# batch and 16-row minibatches keep the KV cache and the update's
+# activations within a 16 GiB v5e chip. The learning rates are 10x the full
+# fine-tune's, as LoRA is usually run (its updates act through a rank-16
+# product; not tuned here).
+LORA = dict(rank=16, alpha=32.0, param_dtype="bfloat16", remat_policy="full",
+            num_seeds=8, replay_tasks=8, agent_minibatches=20,
+            agent_learning_rate=1e-5, simulator_learning_rate=5e-6)
+LORA_SUFFIX = "_lora"
+VARIANTS = (tuple(SIZES) + ("cpu",)
+            + tuple(DEFAULT_SIZE + e for e in EPISODIC + SINGLE)
+            + (DEFAULT_SIZE + LORA_SUFFIX,))
 
 # The cpu variant's players: the Qwen2.5 layout (GQA, qkv bias, tied
 # embeddings) at widths a CPU runs; the vocabulary is the tokenizer's.
@@ -136,12 +165,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                      f"one of {VARIANTS}.")
   on_cpu = variant == "cpu"
   episodic = next((e for e in EPISODIC if variant.endswith(e)), "")
+  single = next((e for e in SINGLE if variant.endswith(e)), "")
+  lora = variant.endswith(LORA_SUFFIX)
   size = SIZES[DEFAULT_SIZE if on_cpu else size_of(variant)]
   if episodic == "_alfworld":
     c = alfworld.get_config()
+  elif episodic == "_travelplanner":
+    c = travelplanner.get_config()
   else:
     c = text.get_config("cpu" if on_cpu else
-                        "bfcl_multi_turn" if episodic else None)
+                        "bfcl_multi_turn" if episodic else
+                        single.removeprefix("_") or None)
   c.mesh = ml_collections.ConfigDict(size["mesh"])
   c.coevolve.logprob_chunk_size = size["logprob_chunk_size"]
   c.coevolve.decode_windows = DECODE_WINDOWS
@@ -158,18 +192,36 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   else:
     c.coevolve.update(num_seeds=16, variations=4, attempts=8,
                       agent_minibatches=size["agent_minibatches"])
-    c.task.max_answer_tokens = size["answer_tokens"]
+    if not single:  # a benchmark keeps its own widths (configs/text.py)
+      c.task.max_answer_tokens = size["answer_tokens"]
     c.pool.replay_tasks = 16
     for player in (c.agent, c.simulator):
       player.model_overrides.attention = "splash"
+      if single:
+        player.model_overrides.remat_policy = SINGLE_REMAT
+  if lora:
+    _lora(c)
   return c
 
 
 def size_of(variant: str) -> str:
   """The model size of a TPU variant ("7b_alfworld" -> "7b")."""
-  for suffix in EPISODIC:
+  for suffix in EPISODIC + SINGLE + (LORA_SUFFIX,):
     variant = variant.removesuffix(suffix)
   return variant
+
+
+def _lora(c: ml_collections.ConfigDict) -> None:
+  """Low-rank adapters on both players at one host's sizes (LORA)."""
+  c.coevolve.update(num_seeds=LORA["num_seeds"],
+                    agent_minibatches=LORA["agent_minibatches"])
+  c.pool.replay_tasks = LORA["replay_tasks"]
+  c.agent.learning_rate = LORA["agent_learning_rate"]
+  c.simulator.learning_rate = LORA["simulator_learning_rate"]
+  for player in (c.agent, c.simulator):
+    player.lora.update(rank=LORA["rank"], alpha=LORA["alpha"])
+    player.model_overrides.update(param_dtype=LORA["param_dtype"],
+                                  remat_policy=LORA["remat_policy"])
 
 
 def _episodic(c: ml_collections.ConfigDict, bfcl: bool) -> None:

@@ -15,12 +15,17 @@ Usage: launch/gpu_node.sh --workdir=DIR [options] [-- extra train.main flags]
                        every node shares (a network file system or gs://).
                        Rerunning with the same workdir resumes.
 Options:
-  --preset=SIZE        configs/qwen_gpu.py variant: 0.5b (default; 1 GPU) or 7b
-                       (8 x 80 GB GPUs a node)
+  --preset=VARIANT     configs/qwen_gpu.py variant: 0.5b (default; 1 GPU), 7b
+                       (8 x 80 GB GPUs a node), 7b_lora (one 80 GB GPU), or a
+                       benchmark's 7b preset (7b_bfcl_multi_turn, 7b_api_bank,
+                       7b_travelplanner, 7b_alfworld; docs/table1.md)
   --config=CONFIG      another config instead, e.g. configs/qwen_gpu.py:7b
   --hf_dir=DIR         local Hugging Face checkpoint of both players, also their
                        tokenizer (e.g. a download of Qwen/Qwen2.5-7B-Instruct)
-  --seed_data=DIR      seed JSONL / parquet directory (config.data.source_dir)
+  --seed_data=DIR      the run's seed-data directory, passed in the config field its
+                       domain reads it from (train.tools.seed_data: data.source_dir
+                       for text tasks, task.data_dir for TravelPlanner and BFCL
+                       multi-turn); checked against what the domain reads first
   --coordinator=HOST:PORT --num_processes=N --process_id=I
                        a multi-node job named explicitly, the same first two on every
                        node, I = 0 on the node at HOST
@@ -95,10 +100,9 @@ while (($#)); do
 done
 
 [[ -n "$workdir" ]] || die "--workdir is required"
-case "$preset" in
-  0.5b|7b) ;;
-  *) die "--preset=$preset: expected 0.5b or 7b (configs/qwen_gpu.py)" ;;
-esac
+PRESETS="0.5b 7b 7b_lora 7b_bfcl_multi_turn 7b_api_bank 7b_travelplanner 7b_alfworld"
+[[ " $PRESETS " == *" $preset "* ]] ||
+  die "--preset=$preset: expected one of $PRESETS (configs/qwen_gpu.py)"
 config="${config:-configs/qwen_gpu.py:$preset}"
 is_count() { [[ $1 =~ ^[1-9][0-9]*$ ]]; }
 
@@ -154,7 +158,28 @@ if [[ -n "$hf_dir" ]]; then
   args+=("--config.agent.hf_dir=$hf_dir" "--config.simulator.hf_dir=$hf_dir"
          "--config.task.tokenizer_dir=$hf_dir")
 fi
-[[ -z "$seed_data" ]] || args+=("--config.data.source_dir=$seed_data")
+python="${GENENV_PYTHON:-python}"
+# The seed data: the config field its domain reads it from, and a check of its
+# files against what the domain reads (train.tools.seed_data, on this node's CPU,
+# also with --dry_run), before anything starts.
+if [[ -n "$seed_data" ]]; then
+  config_flags=()
+  for flag in "${train_flags[@]}"; do
+    [[ "$flag" != --config.* ]] || config_flags+=("$flag")
+  done
+  status=0
+  seed_field="$(cd "$ROOT" && PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" JAX_PLATFORMS=cpu \
+    "$python" -m train.tools.seed_data --config="$config" "${config_flags[@]}" \
+    --dir="$seed_data")" || status=$?
+  if ((status == 4)); then
+    die "--seed_data=$seed_data: $config's domain reads no seed data (it draws its seeds); drop --seed_data"
+  elif ((status == 2)); then
+    die "--seed_data=$seed_data is not what $config's domain reads (above)"
+  elif ((status != 0)) || [[ -z "$seed_field" ]]; then
+    die "--seed_data: train.tools.seed_data stopped with status $status (above)"
+  fi
+  args+=("--config.$seed_field=$seed_data")
+fi
 args+=("${train_flags[@]}")
 
 export JAX_PLATFORMS="${JAX_PLATFORMS:-cuda}"
@@ -177,7 +202,6 @@ if ((multi)); then
   export JAX_LOCAL_DEVICE_IDS
 fi
 
-python="${GENENV_PYTHON:-python}"
 cd "$ROOT"
 if ((dry_run)); then
   env_line="JAX_PLATFORMS=$JAX_PLATFORMS XLA_PYTHON_CLIENT_MEM_FRACTION=$XLA_PYTHON_CLIENT_MEM_FRACTION"

@@ -31,7 +31,11 @@ Options:
                        chips, its remat policy becomes "full" unless -- sets one)
   --hf_model=REPO      Hugging Face model downloaded on every worker and used for both
                        players and the tokenizer, e.g. Qwen/Qwen2.5-7B-Instruct
-  --seed_data=GS_DIR   gs:// directory of seed JSONL / parquet files, copied to every worker
+  --seed_data=GS_DIR   gs:// directory of the run's seed data, copied to every worker
+                       and passed in the config field its domain reads it from
+                       (train.tools.seed_data: data.source_dir for text tasks,
+                       task.data_dir for TravelPlanner and BFCL multi-turn); the
+                       preflight checks its files against what the domain reads
   --repo_url=URL       clone this git repository (--branch=BRANCH) instead of copying
                        the local working tree
   --spot               create a Spot slice
@@ -191,12 +195,49 @@ if [[ "$accelerator" == v5litepod-* && "$config" =~ qwen_tpu\.py(:7b)?$
                "${train_flags[@]}")
 fi
 
+python_bin="${PYTHON:-python3}"
+# The config flags given after -- (the preflight and the seed-data field see them).
+config_flags=()
+for flag in "${train_flags[@]}"; do
+  [[ "$flag" != --config.* ]] || config_flags+=("$flag")
+done
+
+# The config field the domain reads its seed data from (train.tools.seed_data, on
+# this host): --seed_data reaches every domain through its registry. With the
+# preflight, the same call first checks the bucket's files against what the
+# domain reads, and a launch whose data it cannot read stops here, before
+# anything is created.
+seed_field=""
+if [[ -n "$seed_data" ]]; then
+  lookup=("$python_bin" -m train.tools.seed_data --config="$config" "${config_flags[@]}")
+  listing=(gcloud storage ls --recursive "$seed_data")
+  files=""
+  if ((preflight)); then
+    if ((dry_run)); then
+      echo "$(print_command "${listing[@]}") | PYTHONPATH=$ROOT $(print_command "${lookup[@]}" --listing=- --root="$seed_data")"
+    else
+      echo "+ $(print_command "${listing[@]}")" >&2
+      files="$("${listing[@]}")" ||
+        die "preflight: could not list --seed_data=$seed_data (gcloud storage ls, above)"
+      lookup+=(--listing=- --root="$seed_data")
+    fi
+  fi
+  status=0
+  seed_field="$(cd "$ROOT" && PYTHONPATH="$ROOT" JAX_PLATFORMS=cpu "${lookup[@]}" <<<"$files")" || status=$?
+  if ((status == 4)); then
+    die "--seed_data=$seed_data: $config's domain reads no seed data (it draws its seeds); drop --seed_data"
+  elif ((status == 2)); then
+    die "preflight: --seed_data=$seed_data is not what $config's domain reads (above); --skip_preflight skips this check"
+  elif ((status != 0)) || [[ -z "$seed_field" ]]; then
+    die "--seed_data: train.tools.seed_data could not name $config's seed-data field (status $status, above); this host's Python ($python_bin) needs requirements.txt"
+  fi
+fi
+
 # 0. Preflight: compile every program of the run for this slice here (no TPU
 #    needed) and stop before creating anything when one does not fit in HBM.
 #    Text tasks need the players' tokenizer here: --tokenizer_dir (copied from
 #    gs:// first), else --hf_model's tokenizer files fetched from the hub.
 if ((preflight)); then
-  python_bin="${PYTHON:-python3}"
   check=("$python_bin" -m train.bench.compile_check --config="$config"
          --topology="$accelerator")
   cache="${XDG_CACHE_HOME:-$HOME/.cache}/genenv_jax/tokenizers"
@@ -222,9 +263,7 @@ if ((preflight)); then
   [[ -z "$local_tokenizer" ]] || check+=(--config.task.tokenizer_dir="$local_tokenizer")
   [[ -z "$hf_model" ]] || echo "tpu_pod.sh: preflight: the players take their shapes" \
     "from the config's preset; pass -- --config.agent.model=... if $hf_model differs." >&2
-  for flag in "${train_flags[@]}"; do
-    [[ "$flag" != --config.* ]] || check+=("$flag")
-  done
+  check+=("${config_flags[@]}")
   if ((dry_run)); then
     echo "PYTHONPATH=$ROOT $(print_command "${check[@]}")"
   else
@@ -295,7 +334,7 @@ if [[ -n "$hf_model" ]]; then
 fi
 if [[ -n "$seed_data" ]]; then
   on_all_workers "mkdir -p \$HOME/genenv-seeds && gcloud storage rsync --recursive $(remote_words "$seed_data") \$HOME/genenv-seeds"
-  remote_flags+=("--config.data.source_dir=\$HOME/genenv-seeds")
+  remote_flags+=("--config.$seed_field=\$HOME/genenv-seeds")
 fi
 
 # 6. train.main on every worker, detached; it resumes from the workdir's

@@ -10,6 +10,7 @@ import pathlib
 import re
 import shlex
 import subprocess
+import sys
 import textwrap
 import types
 
@@ -34,8 +35,11 @@ COMPUTE_FIELDS = {"dtype", "param_dtype", "remat_policy", "scan_layers",
                   "attention"}
 
 
-def _shape_fields(config) -> dict:
-  return {k: v for k, v in vars(config).items() if k not in COMPUTE_FIELDS}
+def _shape_fields(config, lora: bool = False) -> dict:
+  """The shape fields of a ModelConfig; with `lora` its adapters' left out."""
+  adapters = {"lora_rank", "lora_alpha", "lora_targets"} if lora else set()
+  return {k: v for k, v in vars(config).items()
+          if k not in COMPUTE_FIELDS | adapters}
 
 
 # ------------------------------------------------------------------ presets
@@ -45,18 +49,25 @@ def _shape_fields(config) -> dict:
 def test_gpu_presets_have_the_qwen_shapes_and_gpu_settings(size):
   config = qwen_gpu.get_config(size)
   players = build.build_players(config, types.SimpleNamespace(vocab_size=1000))
-  preset = get_preset(f"qwen2.5-{size}")
+  preset = get_preset(f"qwen2.5-{qwen_tpu.size_of(size)}")
+  lora = size == "7b_lora"
   for model in (players.agent_model, players.simulator_model):
-    assert _shape_fields(model) == _shape_fields(preset)
-    assert (model.dtype, model.param_dtype) == ("bfloat16", "float32")
+    assert _shape_fields(model, lora) == _shape_fields(preset, lora)
+    assert (model.dtype, model.param_dtype) == (
+        "bfloat16", "bfloat16" if lora else "float32")
     assert model.attention == "dot_product"
     assert model.remat_policy == "full" and model.scan_layers
-  # What is trained is the TPU size's: batches, widths, learning rates.
+    assert model.lora_rank == (qwen_tpu.LORA["rank"] if lora else 0)
+  # What is trained is the TPU variant's: batches (but 7b_lora's, a quarter
+  # of 7b's on one GPU), widths, learning rates.
   tpu = qwen_tpu.get_config(size)
-  for section in ("coevolve", "pool", "task", "grpo", "curriculum"):
+  if lora:
+    tpu.coevolve.update(num_seeds=4, agent_minibatches=10)
+    tpu.pool.replay_tasks = 4
+  for section in ("coevolve", "pool", "task", "grpo", "curriculum", "data"):
     assert config[section].to_dict() == tpu[section].to_dict(), section
   assert (config.agent.learning_rate, config.simulator.learning_rate) == (
-      1e-6, 5e-7)
+      (1e-5, 5e-6) if lora else (1e-6, 5e-7))
   assert qwen_gpu.get_config().to_dict() == qwen_gpu.get_config(
       qwen_gpu.DEFAULT_SIZE).to_dict()
 
@@ -76,7 +87,10 @@ VALID = [(size, gpus) for size, counts in qwen_gpu.GPUS.items()
 @pytest.mark.parametrize("size, gpus", VALID,
                          ids=[f"{s} on {g}" for s, g in VALID])
 def test_gpu_presets_pass_validation_on_their_gpu_counts(size, gpus):
-  config_validation.validate(qwen_gpu.get_config(size), gpus)
+  config = qwen_gpu.get_config(size)
+  if config.task.name == "travelplanner":  # a run names its data directory
+    config.task.data_dir = "/data/travelplanner"
+  config_validation.validate(config, gpus)
 
 
 @pytest.mark.parametrize("size, gpus, message", [
@@ -94,11 +108,11 @@ def test_gpu_presets_on_other_counts_are_refused_naming_the_field(
 
 def test_an_unknown_variant_is_named():
   with pytest.raises(ValueError, match=r"qwen_gpu\.py: unknown variant "
-                     r"'13b'.*\('0\.5b', '7b'\)"):
+                     r"'13b'.*\('0\.5b', '7b', '7b_lora', '7b_bfcl'"):
     qwen_gpu.get_config("13b")
 
 
-@pytest.mark.parametrize("size", qwen_gpu.VARIANTS)
+@pytest.mark.parametrize("size", ["0.5b", "7b"])
 def test_each_presets_step_traces_on_its_mesh(tmp_path, monkeypatch,
                                                  size):
   """The preset's whole co-evolution step, its players shrunk to tiny
@@ -146,7 +160,13 @@ def test_each_presets_step_traces_on_its_mesh(tmp_path, monkeypatch,
 
 STUB = textwrap.dedent("""\
     #!/usr/bin/env bash
-    # Records its argv, working directory and JAX variables, then exits.
+    # The seed-data lookup runs in $REAL_PYTHON when set, else prints
+    # $FAKE_SEED_FIELD (status $FAKE_SEED_STATUS); anything else records its argv, working directory and
+    # JAX variables, then exits.
+    if [[ "$2" == train.tools.seed_data ]]; then
+      [[ -z "${REAL_PYTHON:-}" ]] || exec "$REAL_PYTHON" "$@"
+      echo "${FAKE_SEED_FIELD:-data.source_dir}"; exit "${FAKE_SEED_STATUS:-0}"
+    fi
     {
       echo "cwd=$PWD"
       echo "JAX_PLATFORMS=${JAX_PLATFORMS-<unset>}"
@@ -199,9 +219,10 @@ def _launch(tmp_path, args, **env):
 
 
 def test_one_node_runs_train_main_with_the_preset(tmp_path):
+  seeds = "/data/seeds"  # the stub names the text domain's field, data.source_dir
   out, call = _launch(tmp_path, [
       "--workdir=/runs/w", "--hf_dir=/ckpt/Qwen2.5-0.5B-Instruct",
-      "--seed_data=/data/seeds", "--", "--config.coevolve.num_steps=3"])
+      f"--seed_data={seeds}", "--", "--config.coevolve.num_steps=3"])
   assert out.returncode == 0, out.stderr
   assert call["args"] == [
       "-m", "train.main", "--config=configs/qwen_gpu.py:0.5b",
@@ -209,7 +230,7 @@ def test_one_node_runs_train_main_with_the_preset(tmp_path):
       "--config.agent.hf_dir=/ckpt/Qwen2.5-0.5B-Instruct",
       "--config.simulator.hf_dir=/ckpt/Qwen2.5-0.5B-Instruct",
       "--config.task.tokenizer_dir=/ckpt/Qwen2.5-0.5B-Instruct",
-      "--config.data.source_dir=/data/seeds", "--config.coevolve.num_steps=3"]
+      f"--config.data.source_dir={seeds}", "--config.coevolve.num_steps=3"]
   assert call["cwd"] == str(ROOT)
   assert call["env"]["JAX_PLATFORMS"] == "cuda"
   assert call["env"]["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.90"
@@ -291,7 +312,7 @@ def test_the_exit_status_is_train_mains(tmp_path):
 
 @pytest.mark.parametrize("args, env, message", [
     ([], {}, "--workdir is required"),
-    (["--workdir=w", "--preset=13b"], {}, r"--preset=13b: expected 0\.5b or 7b"),
+    (["--workdir=w", "--preset=13b"], {}, r"--preset=13b: expected one of 0\.5b 7b 7b_lora"),
     (["--workdir=w", "--zone=x"], {}, "unknown flag --zone"),
     (["--workdir=w", "--coordinator=h:1"], {},
      "a job named here needs all three"),
@@ -347,3 +368,28 @@ def test_the_commands_of_docs_gpu_md_launch_train_main(tmp_path):
       assert call["args"][:2] == ["-m", "train.main"]
       assert ("--distributed=true" in call["args"]) == (named or bool(env))
   assert any(a.startswith("--coordinator=") for a in launches[-1])
+
+
+def test_seed_data_goes_to_the_field_its_domain_reads_or_stops(tmp_path):
+  """TravelPlanner's preset reads task.data_dir: its splits arrive there; a
+  directory without the validation split stops the launch naming the field,
+  the path and the files expected; ALFWorld's takes no seed data."""
+  from genenv_jax.scoring import travelplanner  # pylint: disable=g-import-not-at-top
+  data = tmp_path / "tp"
+  travelplanner.write_fixture(str(data), "train")
+  args = ["--workdir=/runs/w", "--preset=7b_travelplanner", f"--seed_data={data}"]
+  out, call = _launch(tmp_path, args, REAL_PYTHON=sys.executable)
+  assert out.returncode == 2 and call is None
+  assert f"config.task.data_dir={data}: the travelplanner domain reads" in out.stderr
+  assert "lacks validation.csv; validation_ref_info.jsonl" in out.stderr
+  travelplanner.write_fixture(str(data), "validation")
+  out, call = _launch(tmp_path, args, REAL_PYTHON=sys.executable)
+  assert out.returncode == 0, out.stderr
+  assert call["args"][2:] == ["--config=configs/qwen_gpu.py:7b_travelplanner",
+                              "--workdir=/runs/w", f"--config.task.data_dir={data}"]
+  # A domain that reads none (tests/test_seed_data.py: ALFWorld's): the lookup's
+  # status 4 stops the launch.
+  out, call = _launch(tmp_path, ["--workdir=/runs/w", "--preset=7b_alfworld",
+                                 f"--seed_data={data}"], FAKE_SEED_STATUS="4")
+  assert out.returncode == 2 and call is None
+  assert "configs/qwen_gpu.py:7b_alfworld's domain reads no seed data" in out.stderr

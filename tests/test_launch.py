@@ -48,15 +48,24 @@ def _launch(args, path_prefix: str | None = None, **env):
 
 
 def _gcloud_lines(stdout: str) -> list[list[str]]:
+  """The printed `gcloud compute ...` commands (not the seed data's listing)."""
   return [shlex.split(line) for line in stdout.splitlines()
-          if line.startswith("gcloud ")]
+          if line.startswith("gcloud compute ")]
 
 
 def test_dry_run_prints_every_command():
   out = _launch(["--dry_run", *REQUIRED, "--hf_model=Qwen/Qwen2.5-7B-Instruct",
                  "--seed_data=gs://bucket/seeds", "--",
-                 "--config.coevolve.num_steps=400"], XDG_CACHE_HOME="/cache")
+                 "--config.coevolve.num_steps=400"], XDG_CACHE_HOME="/cache",
+                PYTHON=sys.executable)
   assert out.returncode == 0, out.stderr
+  # The seed data's listing, checked by the domain's declaration.
+  listing = next(line for line in out.stdout.splitlines()
+                 if line.startswith("gcloud storage ls"))
+  assert listing.startswith("gcloud storage ls --recursive gs://bucket/seeds | ")
+  assert ("-m train.tools.seed_data --config=configs/qwen_tpu.py:7b "
+          "--config.coevolve.num_steps=400 --listing=- --root=gs://bucket/seeds"
+          ) in listing
   commands = _gcloud_lines(out.stdout)
   subcommands = [c[4] for c in commands]
   assert subcommands == ["describe", "create", "ssh", "scp", "ssh", "ssh",
@@ -143,7 +152,9 @@ def test_bad_flags_fail_and_help_prints_usage():
 
 
 FAKE_GCLOUD = """#!/usr/bin/env bash
-# Records its arguments, one per line, then a separator line.
+# `storage ls` prints $FAKE_LISTING; anything else records its arguments, one
+# per line, then a separator line.
+if [[ "$1 $2" == "storage ls" ]]; then cat "${FAKE_LISTING:-/dev/null}"; exit 0; fi
 printf '%s\\n' "$@" '---' >> "$GCLOUD_LOG"
 [[ "$4 ${FAKE_TPU_EXISTS:-0}" != "describe 0" ]]
 """
@@ -178,8 +189,14 @@ def test_runs_the_commands_and_reuses_an_existing_slice(tmp_path, exists):
 
 
 FAKE_PREFLIGHT_PYTHON = """#!/usr/bin/env bash
-# The preflight's interpreter: records its arguments, one per line, then a
-# separator line; the compile check exits with $FAKE_CHECK_STATUS.
+# The preflight's interpreter. The seed-data lookup runs in $REAL_PYTHON when
+# set, else prints $FAKE_SEED_FIELD (status $FAKE_SEED_STATUS); anything else records its arguments, one
+# per line, then a separator line; the compile check exits with
+# $FAKE_CHECK_STATUS.
+if [[ "$2" == train.tools.seed_data ]]; then
+  [[ -z "${REAL_PYTHON:-}" ]] || exec "$REAL_PYTHON" "$@"
+  echo "${FAKE_SEED_FIELD:-data.source_dir}"; exit "${FAKE_SEED_STATUS:-0}"
+fi
 printf '%s\\n' "$@" '---' >> "$PYTHON_LOG"
 [[ "$2" != train.bench.compile_check ]] || exit "${FAKE_CHECK_STATUS:-0}"
 """
@@ -194,19 +211,28 @@ def _documented_launch() -> list[str]:
   return [w.replace("BUCKET", "bucket") for w in words[1:]]
 
 
-def _stubbed_launch(tmp_path, args, check_status=0):
+def _stubbed_launch(tmp_path, args, check_status=0, listing=(),
+                    real_lookup=False, seed_status=0):
+  """tpu_pod.sh with gcloud and the preflight's Python stubbed; `listing`:
+  the URLs `gcloud storage ls` prints; `real_lookup`: the seed-data lookup
+  runs in this interpreter (the domains' declarations), else the stub names
+  data.source_dir."""
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir(exist_ok=True)
   for name, text in (("gcloud", FAKE_GCLOUD),
                      ("python", FAKE_PREFLIGHT_PYTHON)):
     (bin_dir / name).write_text(text)
     (bin_dir / name).chmod(0o755)
+  (tmp_path / "listing").write_text("".join(f"{url}\n" for url in listing))
   out = _launch(args, path_prefix=str(bin_dir),
                 GCLOUD_LOG=str(tmp_path / "gcloud.log"),
                 PYTHON_LOG=str(tmp_path / "python.log"),
                 PYTHON=str(bin_dir / "python"), HOME=str(tmp_path),
                 XDG_CACHE_HOME=str(tmp_path / "cache"), TMPDIR=str(tmp_path),
-                FAKE_CHECK_STATUS=str(check_status))
+                FAKE_CHECK_STATUS=str(check_status),
+                FAKE_LISTING=str(tmp_path / "listing"),
+                REAL_PYTHON=sys.executable if real_lookup else "",
+                FAKE_SEED_STATUS=str(seed_status))
   calls = lambda name: [c.strip("\n").split("\n") for c in (
       (tmp_path / name).read_text().split("---\n")
       if (tmp_path / name).exists() else []) if c.strip()]
@@ -382,22 +408,31 @@ def test_the_workers_commands_stop_the_last_job_and_start_a_new_one(tmp_path):
       earlier.kill()
 
 
-def _fields(config: ModelConfig) -> dict:
-  return {k: v for k, v in vars(config).items() if k not in COMPUTE_FIELDS}
+def _fields(config: ModelConfig, lora: bool = False) -> dict:
+  """Shape fields; with `lora` the adapters' left out."""
+  adapters = {"lora_rank", "lora_alpha", "lora_targets"} if lora else set()
+  return {k: v for k, v in vars(config).items()
+          if k not in COMPUTE_FIELDS | adapters}
 
 
 @pytest.mark.parametrize("size", ["0.5b", "1.5b", "7b", "7b_bfcl_multi_turn",
-                                  "7b_alfworld"])
+                                  "7b_alfworld", "7b_bfcl", "7b_api_bank",
+                                  "7b_travelplanner", "7b_lora"])
 def test_tpu_variants_have_the_preset_shapes_and_fitting_meshes(size):
   config = qwen_tpu.get_config(size)
   players = build.build_players(config, types.SimpleNamespace(vocab_size=1000))
   preset = get_preset(f"qwen2.5-{qwen_tpu.size_of(size)}")
+  lora = size.endswith("_lora")
   for model in (players.agent_model, players.simulator_model):
-    assert _fields(model) == _fields(preset)
-    assert (model.dtype, model.param_dtype) == ("bfloat16", "float32")
+    assert _fields(model, lora) == _fields(preset, lora)
+    # A LoRA player's frozen base in bfloat16 (its adapters stay float32).
+    assert (model.dtype, model.param_dtype) == (
+        "bfloat16", "bfloat16" if lora else "float32")
     assert model.remat_policy != "none"
     assert model.attention == "splash"
-  assert config.agent.learning_rate == 1e-6 and config.simulator.learning_rate == 5e-7
+    assert model.lora_rank == (qwen_tpu.LORA["rank"] if lora else 0)
+  assert (config.agent.learning_rate, config.simulator.learning_rate) == (
+      (1e-5, 5e-6) if lora else (1e-6, 5e-7))
   # Each sharded dimension divides its mesh axes.
   mesh = config.mesh
   assert -1 in (mesh.data, mesh.fsdp, mesh.tensor)
@@ -498,3 +533,71 @@ def test_train_main_initialises_multi_host_jax_only_on_several_hosts():
                     "auto, two TPU hosts": True, "auto, coordinator": True,
                     "true": True, "false, two hosts": False, "calls": 3,
                     "calls_after_main": 4}
+
+
+# The Table 1 presets (docs/table1.md): each with its seed data in a bucket,
+# the lookup in this interpreter, so the domains' own declarations map
+# --seed_data; TravelPlanner's splits, API-Bank's training files.
+# (The other domains' fields and files: tests/test_seed_data.py, in process.)
+TABLE1_LAUNCHES = [
+    ("7b_travelplanner", "task.data_dir",
+     ["train.csv", "train_ref_info.jsonl", "validation.csv",
+      "validation_ref_info.jsonl"]),
+]
+
+
+def _table1_launch(seeds: str) -> list[str]:
+  """docs/tpu_pods.md's launch without its flags after -- (a text task's),
+  its seed data in gs://bucket/SEEDS."""
+  words = _documented_launch()
+  words = words[:words.index("--")] if "--" in words else words
+  return [w.replace("gs://bucket/seed_tasks", f"gs://bucket/{seeds}")
+          for w in words]
+
+
+@pytest.mark.parametrize("preset,field,files", TABLE1_LAUNCHES,
+                         ids=[p for p, _, _ in TABLE1_LAUNCHES])
+def test_seed_data_reaches_the_field_its_domain_reads(tmp_path, preset, field,
+                                                      files):
+  args = [f"--config=configs/qwen_tpu.py:{preset}", *_table1_launch("seeds")]
+  out, python_calls, gcloud_calls = _stubbed_launch(
+      tmp_path, args, listing=["gs://bucket/seeds/:"] + [
+          f"gs://bucket/seeds/{f}" for f in files], real_lookup=True)
+  assert out.returncode == 0, out.stderr
+  assert "+ gcloud storage ls --recursive gs://bucket/seeds" in out.stderr
+  assert python_calls[-1][:3] == ["-m", "train.bench.compile_check",
+                                  f"--config=configs/qwen_tpu.py:{preset}"]
+  start = gcloud_calls[-1][-1]
+  assert f"--config.{field}=$HOME/genenv-seeds" in start
+  other = {"task.data_dir": "data.source_dir",
+           "data.source_dir": "task.data_dir"}[field]
+  assert f"--config.{other}=" not in start
+
+
+def test_seed_data_the_domain_cannot_read_stops_the_preflight(tmp_path):
+  """TravelPlanner's bucket without the validation split: the message names
+  the field, the path and the files expected, and nothing is created or
+  compiled."""
+  args = ["--config=configs/qwen_tpu.py:7b_travelplanner",
+          *_table1_launch("seed_tasks")]
+  out, python_calls, gcloud_calls = _stubbed_launch(
+      tmp_path, args, real_lookup=True, listing=[
+          "gs://bucket/seed_tasks/train.csv",
+          "gs://bucket/seed_tasks/train_ref_info.jsonl"])
+  assert out.returncode == 2
+  assert ("config.task.data_dir=gs://bucket/seed_tasks: the travelplanner domain "
+          "reads") in out.stderr
+  assert "lacks validation.csv; validation_ref_info.jsonl" in out.stderr
+  assert "is not what configs/qwen_tpu.py:7b_travelplanner's domain reads" in out.stderr
+  assert not gcloud_calls and not python_calls
+
+
+def test_seed_data_for_a_domain_that_draws_its_seeds_is_refused(tmp_path):
+  """The lookup's status 4 (a domain that reads none: ALFWorld's,
+  tests/test_seed_data.py) stops the launch."""
+  out, _, gcloud_calls = _stubbed_launch(
+      tmp_path, ["--config=configs/qwen_tpu.py:7b_alfworld",
+                 *_table1_launch("seeds")], seed_status=4)
+  assert out.returncode == 2
+  assert "7b_alfworld's domain reads no seed data" in out.stderr
+  assert not gcloud_calls

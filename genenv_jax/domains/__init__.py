@@ -49,6 +49,7 @@ from genenv_jax.domains.bfcl_multi_turn import data as bfcl_multi_turn_data
 from genenv_jax.domains.bfcl_multi_turn.domain import BfclMultiTurnDomain
 from genenv_jax.domains.maze import data as maze_data
 from genenv_jax.domains.maze.domain import MazeDomain
+from genenv_jax.domains.seed_data import SeedData
 from genenv_jax.domains.text import data as text_data
 from genenv_jax.domains.text.domain import TextDomain
 from genenv_jax.domains.travelplanner import data as travelplanner_data
@@ -62,25 +63,31 @@ EditVariations = Callable[[Any, np.ndarray, np.ndarray, np.random.Generator],
 class Registered(NamedTuple):
   """One domain: its TaskDomain class, its seed data
   (seed_splits(domain, config, data_dir) -> (train, test), each {"task":
-  int32[n, task_len], "difficulty": int32[n]}), and, when it edits seeds,
-  the warm-start's "edited" lessons."""
+  int32[n, task_len], "difficulty": int32[n]}), when it edits seeds the
+  warm-start's "edited" lessons, and when it reads seed files the config field
+  they arrive in and the files it expects there (`SeedData`,
+  genenv_jax/domains/seed_data.py; None: it draws or builds its seeds)."""
   domain: type[TaskDomain]
   seed_splits: Callable[[Any, Any, str], tuple[dict, dict]]
   edit_variations: EditVariations | None = None
+  seed_data: SeedData | None = None
 
 
 DOMAINS: dict[str, Registered] = {
     "arithmetic": Registered(ArithmeticDomain, arithmetic_data.seed_splits),
-    "text": Registered(TextDomain, text_data.seed_splits),
+    "text": Registered(TextDomain, text_data.seed_splits,
+                       seed_data=text_data.SEED_DATA),
     "chat_arithmetic": Registered(ChatArithmeticDomain,
                                   chat_arithmetic_data.seed_splits),
     "maze": Registered(MazeDomain, maze_data.seed_splits,
                        maze_data.edited_variations),
     "bfcl_multi_turn": Registered(BfclMultiTurnDomain,
-                                  bfcl_multi_turn_data.seed_splits),
+                                  bfcl_multi_turn_data.seed_splits,
+                                  seed_data=bfcl_multi_turn_data.SEED_DATA),
     "alfworld": Registered(AlfworldDomain, alfworld_data.seed_splits),
     "travelplanner": Registered(TravelPlannerDomain,
-                                travelplanner_data.seed_splits),
+                                travelplanner_data.seed_splits,
+                                seed_data=travelplanner_data.SEED_DATA),
 }
 
 
@@ -111,5 +118,5 @@ def seed_splits(config: Any, domain: TaskDomain, data_dir: str
 
 __all__ = ["DOMAINS", "AlfworldDomain", "ArithmeticDomain", "BfclMultiTurnDomain",
            "ChatArithmeticDomain", "MazeDomain", "ParsedTasks",
-           "Registered", "TaskDomain", "TextDomain", "TravelPlannerDomain", "get_domain", "registered",
+           "Registered", "SeedData", "TaskDomain", "TextDomain", "TravelPlannerDomain", "get_domain", "registered",
            "seed_splits"]

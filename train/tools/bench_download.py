@@ -109,20 +109,46 @@ def fetch(name: str, files: Mapping[str, str]) -> pathlib.Path:
   return root
 
 
+# API-Bank's training split (levels 1 and 2) and the test files it is held
+# out against, as the Hugging Face dataset lays them out: the seed data of
+# configs/text.py:api_bank and configs/qwen_tpu.py:7b_api_bank
+# (config.data.source_dir; docs/text_tasks.md, "API-Bank seed data").
+API_BANK_TRAIN = "api_bank_train"
+_API_BANK_HF = "https://huggingface.co/datasets/liminghao1630/API-Bank/resolve/main/"
+
+
+def api_bank_train_files() -> dict[str, str]:
+  """API-Bank's level-1/2 training and test files: path -> URL."""
+  from genenv_jax.scoring import apibank_levels  # pylint: disable=import-outside-toplevel
+  files = {}
+  for level in apibank_levels.SEED_LEVELS:
+    for folder, name in (("training-data", apibank_levels.TRAIN_FILES[level]),
+                         ("test-data", apibank_levels.LEVEL_FILES[level])):
+      files[f"{folder}/{name}"] = f"{_API_BANK_HF}{folder}/{name}"
+  return files
+
+
 def main(argv: list[str] | None = None) -> None:
   """Fetches the official files of a benchmark a domain trains on and prints
-  their directory (the domain's config.task.data_dir):
+  their directory (the preset's seed-data field, train.tools.seed_data):
 
     python -m train.tools.bench_download travelplanner [--splits train,validation]
+        TravelPlanner's splits (config.task.data_dir)
+    python -m train.tools.bench_download api_bank
+        API-Bank's level-1/2 training and test files (config.data.source_dir)
   """
   import argparse  # pylint: disable=import-outside-toplevel
   from genenv_jax.scoring import travelplanner  # pylint: disable=import-outside-toplevel
 
   parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
-  parser.add_argument("benchmark", choices=[travelplanner.NAME])
+  parser.add_argument("benchmark", choices=[travelplanner.NAME, "api_bank"])
   parser.add_argument("--splits", default="train,validation",
-                      help=f"comma-separated, of {', '.join(travelplanner.SPLITS)}")
+                      help=f"travelplanner: comma-separated, of "
+                           f"{', '.join(travelplanner.SPLITS)}")
   args = parser.parse_args(argv)
+  if args.benchmark == "api_bank":
+    print(fetch(API_BANK_TRAIN, api_bank_train_files()))
+    return
   splits = [s for s in args.splits.split(",") if s]
   unknown = [s for s in splits if s not in travelplanner.SPLITS]
   if unknown or not splits:

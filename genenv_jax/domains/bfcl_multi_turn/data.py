@@ -20,11 +20,13 @@ generations, never writes a variation of a held-out entry.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Sequence
 
 from absl import logging
 import numpy as np
 
+from genenv_jax.domains.seed_data import SeedData
 from genenv_jax.scoring import InputError
 from genenv_jax.scoring import bfcl_multi_turn as mt
 from genenv_jax.scoring import bfcl_prompt
@@ -56,6 +58,33 @@ def held_out_numbers(numbers: Sequence[int], test_fraction: float, seed: int
   count = int(round(test_fraction * len(distinct)))
   order = np.random.default_rng(seed).permutation(len(distinct))
   return {distinct[i] for i in order[:count]}
+
+
+def _missing_files(config, names: Sequence[str]) -> list[str]:
+  """What a BFCL data directory lacks for config.data.categories (SEED_DATA)."""
+  lacking = []
+  for category in config.data.categories:
+    pattern = re.compile(rf"BFCL_v\d+_{re.escape(category)}\.json")
+    found = [n for n in names if pattern.fullmatch(n)]
+    if len(found) != 1:
+      lacking.append(f"one BFCL_v<N>_{category}.json (found {len(found)})")
+    elif f"possible_answer/{found[0]}" not in names:
+      lacking.append(f"possible_answer/{found[0]}")
+  if not any(n.startswith(mt.FUNC_DOC_DIR + "/") for n in names):
+    lacking.append(f"{mt.FUNC_DOC_DIR}/ (the classes' function docs)")
+  return lacking
+
+
+# Where the seed entries come from (genenv_jax/domains/seed_data.py): a BFCL
+# data directory in config.task.data_dir, else the bfcl_eval wheel's own.
+SEED_DATA = SeedData(
+    field="task.data_dir",
+    expected=lambda config: (
+        "BFCL's data directory: BFCL_v<N>_<category>.json for each of "
+        f"config.data.categories {list(config.data.categories)}, its "
+        f"possible_answer/ file and {mt.FUNC_DOC_DIR}/ (\"\" reads the "
+        "bfcl_eval wheel's)"),
+    missing=_missing_files, required=False)
 
 
 def bfcl_splits(domain: BfclMultiTurnDomain, categories: Sequence[str],

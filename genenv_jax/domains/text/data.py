@@ -63,6 +63,7 @@ import jax
 import numpy as np
 
 from genenv_jax.domains.base import library_console
+from genenv_jax.domains.seed_data import SeedData
 from genenv_jax.domains.text import verifiers as text_verifiers
 from genenv_jax.domains.text.domain import FORMATS, TextDomain
 from genenv_jax.scoring import InputError, apibank_levels, read_jsonl, read_jsonl_lines
@@ -408,6 +409,41 @@ def load_seed_rows(config: Any, domain: TextDomain, data_dir: str) -> dict[str, 
   spec = config_from(config)
   return {split: seed_rows(domain, load_split(spec, split, data_dir))
           for split in ("train", "test")}
+
+
+def _missing_files(config, names: Sequence[str]) -> list[str]:
+  """What config.data.source_dir lacks for config.data.format (SEED_DATA):
+  the files `TextTasksConfig.source_files` reads."""
+  if config.data.format == "api_bank":
+    wanted = [apibank_levels.TRAIN_FILES[level] for level in apibank_levels.SEED_LEVELS]
+    wanted += [apibank_levels.LEVEL_FILES[level] for level in apibank_levels.SEED_LEVELS]
+    places = {f"{folder}/{name}".lstrip("/") for folder in apibank_levels.FOLDERS
+              for name in wanted}
+    return [] if places & set(names) else [" or ".join(wanted)]
+  suffixes = JSON_SUFFIXES + (PARQUET_SUFFIX,)
+  if any("/" not in n and n.endswith(suffixes) for n in names):
+    return []
+  return [f"a {' / '.join(suffixes)} file at its top level"]
+
+
+def _expected_files(config) -> str:
+  if config.data.format == "api_bank":
+    return ("API-Bank's level-1/2 training files "
+            f"{list(apibank_levels.TRAIN_FILES.values())} (and its test files "
+            f"{[apibank_levels.LEVEL_FILES[v] for v in apibank_levels.SEED_LEVELS]}, "
+            "held out), directly or in "
+            f"{'/, '.join(apibank_levels.FOLDERS[1:])}/")
+  if config.data.format == "bfcl":
+    return ("BFCL's BFCL_v<N>_<category>.json question files at its top level "
+            f"(answers in {BFCL_ANSWER_DIR}/; files named {TEST_PREFIX}* held out)")
+  return (f"{' / '.join(JSON_SUFFIXES + (PARQUET_SUFFIX,))} files of records with "
+          f"the fields config.data.prompt_field and answer_field at its top "
+          f"level (files named {TEST_PREFIX}* held out)")
+
+
+# Where the seed records come from (genenv_jax/domains/seed_data.py).
+SEED_DATA = SeedData(field="data.source_dir", expected=_expected_files,
+                     missing=_missing_files)
 
 
 def seed_splits(domain: TextDomain, config: Any, data_dir: str

@@ -19,7 +19,8 @@ import dataclasses
 from absl import logging
 import numpy as np
 
-from genenv_jax.domains.travelplanner.domain import TravelPlannerDomain, spec_of
+from genenv_jax.domains.seed_data import SeedData
+from genenv_jax.domains.travelplanner.domain import SPLITS, TravelPlannerDomain, spec_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +32,19 @@ class Split:
   difficulty: np.ndarray
   ids: tuple[int, ...]
   num_dropped: int
+
+
+# Where the train queries (seeds) and the validation queries (held out)
+# come from (genenv_jax/domains/seed_data.py).
+SEED_FILES = tuple(f"{split}{suffix}" for split in SPLITS
+                   for suffix in (".csv", "_ref_info.jsonl"))
+SEED_DATA = SeedData(
+    field="task.data_dir",
+    expected=lambda config: (
+        "TravelPlanner's train split (seeds) and validation split (held out): "
+        f"{', '.join(SEED_FILES)} (python -m train.tools.bench_download "
+        "travelplanner fetches them)"),
+    missing=lambda config, names: [n for n in SEED_FILES if n not in names])
 
 
 def travelplanner_splits(domain: TravelPlannerDomain) -> dict[str, Split]:
