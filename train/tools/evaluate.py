@@ -11,6 +11,8 @@ Table 1's Bamboogle, API-Bank (levels 1-3) and TravelPlanner by generation.
       (--run WORKDIR [--step N] | --hf_dir DIR)] (--data_dir DIR | --download) \
       [--limit K] --predictions FILE
   python -m train.tools.evaluate {bamboogle,api_bank,travelplanner} --write_fixture DIR
+  python -m train.tools.evaluate table1 (--run WORKDIR [--step N] | --hf_dir DIR) \
+      --out DIR [--data_root ROOT] [--benchmarks B,...] [--limit K]
   python -m train.tools.evaluate alfworld [--generate (--run WORKDIR [--step N] | \
       --hf_dir DIR)] [--data_dir DIR | --download] [--limit K] [--max_turns T] \
       --predictions FILE
@@ -38,6 +40,9 @@ agent (train/tools/table1.py) and score them; alfworld plays ALFWorld-synthetic
 (or with --data_dir / --download ALFWorld's official games) as episodes and
 scores them by replaying the commands in the games (train/tools/alfworld_eval.py).
 Their sources, licences, protocols and headline figures are in docs/benchmarks.md.
+`table1` runs each of them whose data is present under ROOT/<name>/ (default: the
+--download cache) and prints Table 1's row beside the paper's, with 95% intervals
+(train/tools/table1_row.py; the checklist is docs/table1.md).
 
 Predictions FILE is JSON lines, one `{"id": ..., "result": "<model output text>"}` per
 example (BFCL's result-file fields). With `--generate` the bfcl command writes FILE
@@ -83,6 +88,7 @@ from genenv_jax.scoring import bfcl_multi_turn
 from genenv_jax.scoring import read_jsonl, write_jsonl
 from train.tools import alfworld_eval
 from train.tools import table1
+from train.tools import table1_row
 
 
 def read_predictions(path: str, ids: list[Any], source: str,
@@ -251,6 +257,10 @@ def _run_alfworld(args) -> None:
   alfworld_eval.run(args, _report, _verdict_row)
 
 
+def _run_table1_row(args) -> None:
+  table1_row.run(args, _parser().parse_args, _chief)
+
+
 def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog="python -m train.tools.evaluate",
@@ -315,6 +325,12 @@ def _parser() -> argparse.ArgumentParser:
                        "episodes, success rate")
   sub.set_defaults(run=_run_alfworld)
   alfworld_eval.add_arguments(sub)
+  sub = commands.add_parser(
+      "table1", help="Table 1's row: the agent on every benchmark whose data is "
+                     "present, beside the paper's (train/tools/table1_row.py)")
+  sub.set_defaults(run=_run_table1_row, generate=True)
+  table1.add_agent_arguments(sub)
+  table1_row.add_arguments(sub)
   sub = command("apibank", _run_apibank, "API-Bank call match")
   sub.add_argument("--data", required=True, help="JSONL of gold API calls")
   sub = command("qa", _run_qa, "question answering exact match / F1")
