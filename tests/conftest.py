@@ -61,7 +61,7 @@ LONGEST_FIRST = (
     "test_multiprocess.py", "test_bfcl_multi_turn_run.py",
     "test_api_bank_training.py", "test_alfworld.py", "test_maze_run.py",
     "test_travelplanner_training.py",
-    "test_train.py", "test_coevolve.py",
+    "test_train.py", "test_coevolve.py", "test_lora.py",
     "test_gcs_workdir.py", "test_faults.py", "test_seed.py", "test_preemption.py",
     "test_compile_check.py", "test_text_e2e.py", "test_episodes.py",
     "test_arms.py", "test_scripted.py", "test_two_process_faults.py",

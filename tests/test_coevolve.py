@@ -2,6 +2,8 @@
 warm-started players (tests/live_run.py), the PG arm's step, and the
 simulator update alone."""
 
+import functools
+
 from etils import epath
 import jax
 import jax.numpy as jnp
@@ -135,15 +137,8 @@ def test_pg_arm_step_updates_the_simulator_within_its_kl_cap(live_run):
   assert max(moved) > 0
 
 
-def _scripted_simulator_training(alpha, steps):
-  """Warm-started tiny simulator, trained by RWR against a scripted agent.
-
-  The scripted agent solves a task of difficulty d with probability
-  SUCCESS[d]. Returns the simulator's difficulty shares before training (5
-  rounds of sampling from the warm-started simulator, not updated) and after
-  (the last 5 of `steps` training rounds).
-  """
-  success = jnp.array([0.0, 0.95, 0.5, 0.05])  # indexed by difficulty 0..3
+def _rwr_config(alpha):
+  """The smoke config of the scripted RWR runs, at curriculum α `alpha`."""
   config = _smoke_config()
   config.task.max_digits = 3
   config.curriculum.alpha = alpha
@@ -152,6 +147,14 @@ def _scripted_simulator_training(alpha, steps):
   config.simulator.learning_rate = 3e-3
   config.simulator.model_overrides.update(hidden_size=64, intermediate_size=128)
   config.simulator_update.update(kl_coef=0.0, kl_cap=0.0)
+  return config
+
+
+@functools.cache
+def _rwr_warm_start():
+  """(4096 drawn task rows, the tiny simulator warm-started on them): what
+  every α's scripted run starts from (α plays no part in the warm-start)."""
+  config = _rwr_config(0.5)
   domain = get_domain(config.task)
   players = build.build_players(config, domain)
   mesh = sharding.make_mesh({"data": -1})
@@ -164,6 +167,22 @@ def _scripted_simulator_training(alpha, steps):
       warmstart.simulator_data(domain, rows, difficulty, rng, 64 * 300, -1),
       steps=300, batch_size=64, learning_rate=3e-3, seed=0, mesh=mesh,
       rules=RULES)
+  return rows, params
+
+
+def _scripted_simulator_training(alpha, steps):
+  """Warm-started tiny simulator, trained by RWR against a scripted agent.
+
+  The scripted agent solves a task of difficulty d with probability
+  SUCCESS[d]. Returns the simulator's difficulty shares before training (5
+  rounds of sampling from the warm-started simulator, not updated) and after
+  (the last 5 of `steps` training rounds).
+  """
+  success = jnp.array([0.0, 0.95, 0.5, 0.05])  # indexed by difficulty 0..3
+  config = _rwr_config(alpha)
+  domain = get_domain(config.task)
+  players = build.build_players(config, domain)
+  rows, params = _rwr_warm_start()
   simulator_state = coevolve.PlayerState(
       params=params, opt_state=players.simulator_opt.init(params),
       ref_params=jax.tree.map(jnp.copy, params))

@@ -37,7 +37,8 @@ the devices; bound = FLOPs / peak. Peak: the best of PEAK_REPEATS matmuls
 measured in this process (the XLA flags it runs with, train/runtime/
 cpu_flags.py). The last line is one JSON object: step_s, bound_s, ratio
 (step_s / bound_s), peak_gflops, dtype, compiles, per-stage seconds and
-FLOPs, and trl_step_s: TRL's GRPOTrainer doing the agent's half of the step
+FLOPs, each player's trainable parameters and state bytes (memory), and
+trl_step_s: TRL's GRPOTrainer doing the agent's half of the step
 on the same model, prompts, G, lengths and dtype
 (train/bench/trl_side.py, run by --trl_python), null without it. The
 simulator's half has no TRL counterpart.
@@ -62,6 +63,7 @@ import numpy as np
 from genenv_jax import coevolve
 from genenv_jax import sharding
 from genenv_jax.domains import get_domain
+from models import lora
 from train import build
 from train.bench import hlo_cost
 from train.runtime import cpu_flags
@@ -205,7 +207,8 @@ def measure(config, repeats: int) -> tuple[dict, Any, list[str]]:
   stages, prompts = measure_stages(config, domain, players, state, mesh,
                                    level_bank, repeats)
   jax.clear_caches()  # the stages' programs, before the whole step's
-  record: dict[str, Any] = {"stages": stages}
+  record: dict[str, Any] = {"stages": stages,
+                            "memory": player_memory(state)}
   step = coevolve.jit_step(coevolve.make_step(config, domain, players,
                                               level_bank),
                            shardings, mesh, RULES)
@@ -231,6 +234,24 @@ def measure(config, repeats: int) -> tuple[dict, Any, list[str]]:
   record["devices"] = jax.device_count()
   record["mesh"] = dict(mesh.shape)
   return record, domain, prompts
+
+
+def player_memory(state) -> dict[str, dict[str, int]]:
+  """Per player: its trainable parameter count (`lora.split`: every
+  parameter, or the adapters alone) and the bytes its params, opt_state and
+  ref_params hold (the reference is None for a player with adapters)."""
+  def nbytes(tree):
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
+  record = {}
+  for name in ("agent", "simulator"):
+    player = getattr(state, name)
+    trainable, _ = lora.split(player.params)
+    record[name] = dict(
+        trainable_params=sum(x.size for x in jax.tree.leaves(trainable)),
+        params_bytes=nbytes(player.params),
+        opt_state_bytes=nbytes(player.opt_state),
+        ref_params_bytes=nbytes(player.ref_params))
+  return record
 
 
 def prompt_texts(domain, tasks) -> list[str]:
@@ -302,6 +323,12 @@ def main(argv):
   print(f"peak {record['peak_gflops']:.0f} GFLOP/s ({record['dtype']} "
         f"matmul), {record['devices']} devices, mesh {record['mesh']}, "
         f"compiles {record['compiles']}", flush=True)
+  for name, memory in record["memory"].items():
+    print(f"{name}: {memory['trainable_params'] / 1e6:.2f}M trainable "
+          f"parameters; params {memory['params_bytes'] / 2**20:.0f} MiB, "
+          f"opt_state {memory['opt_state_bytes'] / 2**20:.0f} MiB, "
+          f"reference {memory['ref_params_bytes'] / 2**20:.0f} MiB",
+          flush=True)
   record["trl_step_s"] = (
       trl_step_seconds(_TRL_PYTHON.value, config, domain, prompts,
                        _REPEATS.value)
