@@ -417,7 +417,8 @@ def phases(setup: Setup, only: tuple[str, ...] = (),
   out) and the KV cache's filled slots (`live_cache_bytes`), a prefill the
   weights once; a forward pass reads the weights once per row
   pass; an update step reads them twice (forward, backward), writes the
-  gradient and runs AdamW (OPTIMIZER_PASSES).
+  gradient and runs AdamW (OPTIMIZER_PASSES) over what trains (with low-rank
+  adapters only they do, models/lora.py).
   """
   config, domain, players = setup.config, setup.domain, setup.players
   cc = config.coevolve
@@ -458,7 +459,11 @@ def phases(setup: Setup, only: tuple[str, ...] = (),
             + live_cache_bytes(model, rows, prompt, new_tokens) / devices)
 
   def update_bytes(params, steps, forward_reads=2):
-    return steps * (forward_reads + 1 + OPTIMIZER_PASSES) * _param_bytes(params)
+    # The passes read every stored weight; the gradient and AdamW cover what
+    # trains (with low-rank adapters, the adapters alone: lora.split).
+    trainable, _ = lora.split(params)
+    return steps * (forward_reads * _param_bytes(params)
+                    + (1 + OPTIMIZER_PASSES) * _param_bytes(trainable))
 
   agent_batch = coevolve.AgentBatch(
       b((n, p), jnp.int32, "prompt"), b((n, p), jnp.bool_, "prompt_mask"),
