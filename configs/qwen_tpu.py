@@ -35,8 +35,19 @@ Variants (`--config=configs/qwen_tpu.py:VARIANT`):
         player's reference is its base with the adapters off (no second
         copy). Half the 7b batch (8 seeds x 4 + 8 replayed tasks, 8 attempts:
         320 rows) in 20 GRPO minibatches of 16, remat "full", learning rates
-        10x the full fine-tune's (module doc, LORA). Every program's peak per
-        chip is in docs/tpu_pods.md ("7B on one host with LoRA").
+        10x the full fine-tune's (module doc, LORA). Every program compiled
+        for v5litepod-8 peaks at 13.3 GiB per chip, for v4-8 at 19.8 GiB
+        (docs/tpu_pods.md, "7B on one host with LoRA").
+  7b_bfcl, 7b_api_bank  Table 1's single-answer text benchmarks
+        (configs/text.py's bfcl and api_bank variants: their seed formats,
+        verifiers and widths) with the 7b batches and mesh, remat "full".
+        Every program compiled for v4-64 peaks at 20.7 and 17.3 GiB per chip
+        (docs/tpu_pods.md, "Table 1's presets at 7B"; docs/table1.md).
+  7b_travelplanner  the 7b players on TravelPlanner (configs/travelplanner.py:
+        prompts of 16,384 tokens, plans of 1,536) with the episodic batches,
+        minibatches, log-prob chunks and remat of 7b_bfcl_multi_turn. Does
+        not fit a v4-64: the prefill of its prompts forms XLA's [T, T]
+        attention scores (docs/tpu_pods.md).
 
 launch/tpu_pod.sh starts it on every worker of a pod slice and fills in the
 paths of this command:

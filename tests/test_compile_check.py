@@ -125,3 +125,21 @@ def test_evaluate_tools_7b_decoding_is_sharded_and_fits_a_v4_64(qwen_tokenizer_d
   weights = 4 * 7.6e9  # Qwen2.5-7B's parameters in float32
   assert weights / 40 < record["argument_bytes"] < weights / 24, record
   assert record["peak_bytes"] < 8 * 2**30, record
+
+
+def test_a_lora_update_is_bounded_by_its_trainable_bytes():
+  """The agent update's ideal bytes (no compile): the forward and backward
+  passes read every weight, the gradient and AdamW only the adapters: below a
+  full update's 10 passes over the weights (counting AdamW over the whole
+  tree, as before, it would be above), above its 2 forward and backward ones."""
+
+  def update_bytes(rank):
+    config = default.get_config("smoke")
+    config.agent.lora.rank = rank
+    text, _ = compile_check.run(config, "v4-8", with_phases=False, only=(),
+                                json_lines=True)
+    lines = [json.loads(l) for l in text.splitlines() if l.startswith("{")]
+    return next(l["ideal_bytes"] for l in lines if l.get("phase") == "agent_update")
+
+  full, adapted = update_bytes(0), update_bytes(4)
+  assert 0.2 < adapted / full < 1.0
