@@ -601,3 +601,26 @@ def test_seed_data_for_a_domain_that_draws_its_seeds_is_refused(tmp_path):
   assert out.returncode == 2
   assert "7b_alfworld's domain reads no seed data" in out.stderr
   assert not gcloud_calls
+
+
+@pytest.mark.parametrize("preset,seeds", [
+    ("7b_bfcl", True), ("7b_bfcl_multi_turn", False), ("7b_api_bank", True),
+    ("7b_travelplanner", True), ("7b_alfworld", False), ("7b_lora", True)])
+def test_each_table1_preset_passes_the_stubbed_preflight(tmp_path, preset, seeds):
+  """docs/table1.md's launches, gcloud, the compile check and the seed-data
+  lookup stubbed (its real answers: tests/test_seed_data.py): the preflight
+  compiles the preset for the slice, then the slice is created and the run
+  started with it."""
+  args = [f"--config=configs/qwen_tpu.py:{preset}", *_table1_launch("seeds")]
+  if not seeds:
+    args = [a for a in args if not a.startswith("--seed_data")]
+  out, python_calls, gcloud_calls = _stubbed_launch(
+      tmp_path, args, listing=["gs://bucket/seeds/a.jsonl"])
+  assert out.returncode == 0, out.stderr
+  assert python_calls[-1][:4] == ["-m", "train.bench.compile_check",
+                                  f"--config=configs/qwen_tpu.py:{preset}",
+                                  "--topology=v4-64"]
+  assert [c[3] for c in gcloud_calls][:2] == ["describe", "create"]
+  start = gcloud_calls[-1][-1]
+  assert f"--config=configs/qwen_tpu.py:{preset}" in start
+  assert ("genenv-seeds" in start) == seeds
