@@ -47,7 +47,8 @@ Variants (`--config=configs/qwen_tpu.py:VARIANT`):
         prompts of 16,384 tokens, plans of 1,536) with the episodic batches,
         minibatches, log-prob chunks and remat of 7b_bfcl_multi_turn. Does
         not fit a v4-64: the prefill of its prompts forms XLA's [T, T]
-        attention scores (docs/tpu_pods.md).
+        attention scores; every program compiled for v5p-64 peaks at 68.0
+        GiB per chip (docs/tpu_pods.md).
 
 launch/tpu_pod.sh starts it on every worker of a pod slice and fills in the
 paths of this command:
