@@ -100,6 +100,23 @@ def _play(domain, question, reply, stop=True):
   return domain.environment.host.transition(row, [action])
 
 
+def test_the_agent_system_prompt_replaces_the_templates_own(config):
+  def prompt(system):
+    task = config.task.copy_and_resolve_references()
+    task.agent_system_prompt = system
+    domain = get_domain(task)
+    written = domain.encode_tasks(["What is 9 - 4?"])[0]
+    row = domain.parse_row(written, written != domain.pad_id)
+    ids = row[:domain.agent_prompt_len]
+    return domain.tokenizer.decode(ids[ids != domain.pad_id])
+
+  default, calculator = prompt(""), prompt("Reply with the number only.")
+  assert "<|im_start|>system\nYou are a helpful AI assistant named SmolLM" in default
+  assert calculator.startswith("<|im_start|>system\nReply with the number only.<|im_end|>")
+  assert "SmolLM" not in calculator
+  assert "What is 9 - 4?\nAnswer with just the number." in calculator
+
+
 def test_a_reply_scores_by_its_last_number(domain):
   question = "What is 47 + 38?"
   for reply, right in (("85", True), ("47 + 38 = 85", True),

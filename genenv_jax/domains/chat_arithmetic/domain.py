@@ -168,6 +168,8 @@ class ChatArithmeticDomain(HostTextDomain):
     max_response_tokens: the agent's reply budget, its stop token included.
     max_operand_digits, max_operands: the largest operand and the most
       operands a question may have.
+    agent_system_prompt: the agent's system message; "" leaves the chat
+      template's own (SmolLM2's names the assistant, Qwen's too).
     agent_instruction: the agent's message, holding `{question}` once.
   """
 
@@ -181,6 +183,7 @@ class ChatArithmeticDomain(HostTextDomain):
                max_operand_digits: int = 4, max_operands: int = 3,
                simulator_system_prompt: str = "",
                simulator_instruction: str = DEFAULT_SIMULATOR_INSTRUCTION,
+               agent_system_prompt: str = "",
                agent_instruction: str = DEFAULT_AGENT_INSTRUCTION,
                eos_token: str = "", pad_token: str = ""):
     if agent_instruction.count(QUESTION_SLOT) != 1:
@@ -197,6 +200,7 @@ class ChatArithmeticDomain(HostTextDomain):
         pad_token=pad_token)
     self.max_operand_digits = int(max_operand_digits)
     self.max_operands = int(max_operands)
+    self.agent_system_prompt = agent_system_prompt
     self.agent_instruction = agent_instruction
 
   @classmethod
@@ -227,10 +231,13 @@ class ChatArithmeticDomain(HostTextDomain):
   def written_task(self, written: str) -> WrittenTask:
     """The question line of `written`, its level and the agent's prompt."""
     question = self.read(written)
-    message = self.agent_instruction.replace(QUESTION_SLOT, question.text)
+    messages = [{"role": "user",
+                 "content": self.agent_instruction.replace(QUESTION_SLOT,
+                                                           question.text)}]
+    if self.agent_system_prompt:
+      messages.insert(0, {"role": "system", "content": self.agent_system_prompt})
     return WrittenTask(question.text, question.level,
-                       lambda: self.chat_prompt_ids([{"role": "user",
-                                                      "content": message}]))
+                       lambda: self.chat_prompt_ids(messages))
 
 
 class ChatArithmeticHost(HostTextTransition):
