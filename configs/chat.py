@@ -55,10 +55,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       simulator_instruction=(
           "Here is a math question:\n{seed}\n\nWrite one new question like it, "
           "with different numbers. Write only the question."),
-      # SmolLM2's own system prompt (a helpful assistant) makes it explain:
-      # sampled at 0.5, 31% of its replies to one-digit sums ran past 32
-      # tokens and 42% were right; as a calculator 12% and 59%
-      # (docs/real_models.md).
+      # SmolLM2's own system prompt (a helpful assistant) makes it explain
+      # past the reply's budget; as a calculator, with the sampling below,
+      # its step-0 held-out success at seed 2 rose from 0.29 to 0.55 on
+      # one-digit sums and from 0.06 to 0.16 on level 2 (docs/real_models.md).
       agent_system_prompt="You are a calculator. Reply with the number only.",
       agent_instruction="{question}\nAnswer with just the number.",
       eos_token="<|im_end|>",
@@ -92,9 +92,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # question's own recorded success (learnability), most seeds are questions
   # never attempted, so every level is drawn alike and the success on what
   # the simulator writes sat at 0.33-0.38, under the band (docs/real_models.md).
-  # The agent samples at 0.5: its one-digit sums right 59% of the time at
-  # step 0, two-digit ones 12%, so α = 0.5 lies between the two lowest levels
-  # (at 0.7: 45% and 8%, the lowest level under α).
+  # The agent samples at 0.5 (0.7 before), so that α = 0.5 lies between the
+  # two lowest levels' success at step 0 (0.55 and 0.16 above) rather than
+  # above both.
   c.coevolve.update(num_steps=40, num_seeds=4, variations=2, attempts=4,
                     agent_minibatches=2, sampling_layout="training",
                     simulator_temperature=0.7, agent_temperature=0.5,
