@@ -80,7 +80,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # which the curriculum chooses, set what it writes. With lessons of the
   # seed's level +- 1 (a third of a level-1 seed's lessons two-digit), the
   # agent's success on the questions written from level-1 seeds was 0.12 at
-  # steps 5 and 10; with these, 0.59 and 0.70 (docs/real_models.md).
+  # steps 5 and 10 at seed 2; with these, 0.59 and 0.70 (docs/real_models.md).
   c.warmstart.update(agent_steps=0, simulator_steps=20, batch_size=16,
                      learning_rate=1e-4, checkpoint_every=10,
                      simulator_difficulty_step=0)

@@ -184,6 +184,12 @@ class HostTextDomain(TaskDomain):
                                                   add_generation_prompt=True)
     return _encode(self.tokenizer, rendered)
 
+  def user_prompt_ids(self, system_prompt: str, content: str) -> list[int]:
+    """`chat_prompt_ids` of one user message, after a system message when
+    `system_prompt` is not "" (else the chat template's own, if it has one)."""
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return self.chat_prompt_ids([*messages, {"role": "user", "content": content}])
+
   def observation_ids(self, messages: Sequence[dict[str, str]], width: int
                       ) -> list[int]:
     """Token ids of `messages` as the chat template renders them after an

@@ -171,10 +171,7 @@ class AlfworldDomain(HostTextDomain):
   def prompt_ids(self, spec: game.Spec) -> list[int]:
     """The agent's prompt: the system prompt, the game's first text, the
     assistant header (the chat template's)."""
-    messages = ([{"role": "system", "content": self.agent_system_prompt}]
-                if self.agent_system_prompt else [])
-    messages.append({"role": "user", "content": self.games.opening(spec)})
-    return self.chat_prompt_ids(messages)
+    return self.user_prompt_ids(self.agent_system_prompt, self.games.opening(spec))
 
   def command_of(self, ids: np.ndarray) -> str:
     """The command an action's tokens write: the first non-blank line of

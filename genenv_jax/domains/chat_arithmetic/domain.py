@@ -231,13 +231,10 @@ class ChatArithmeticDomain(HostTextDomain):
   def written_task(self, written: str) -> WrittenTask:
     """The question line of `written`, its level and the agent's prompt."""
     question = self.read(written)
-    messages = [{"role": "user",
-                 "content": self.agent_instruction.replace(QUESTION_SLOT,
-                                                           question.text)}]
-    if self.agent_system_prompt:
-      messages.insert(0, {"role": "system", "content": self.agent_system_prompt})
+    message = self.agent_instruction.replace(QUESTION_SLOT, question.text)
     return WrittenTask(question.text, question.level,
-                       lambda: self.chat_prompt_ids(messages))
+                       lambda: self.user_prompt_ids(self.agent_system_prompt,
+                                                    message))
 
 
 class ChatArithmeticHost(HostTextTransition):
