@@ -106,12 +106,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                 generation_capacity=256)
   c.agent.learning_rate = 2e-5
   c.simulator.learning_rate = 1e-5
-  # The update trains on 8 of the step's 16 task groups, those whose 4
-  # attempts disagree first (DAPO's dynamic sampling): groups whose attempts
-  # all agree carry no gradient here (no KL term), and at seed 2 at most a
-  # third of the written tasks' groups disagreed (env/informative_frac).
-  c.grpo.update(kl_coef=0.0, normalize_std=False, pg_normalizer="informative",
-                dynamic_sampling_groups=8)
+  c.grpo.update(kl_coef=0.0, normalize_std=False, pg_normalizer="informative")
   c.curriculum.success_threshold = 1.0
   # Held-out: every level greedily and 4 sampled replies per question, at
   # step 0, half way and at the end.
