@@ -136,18 +136,30 @@ def main(argv: list[str] | None = None) -> None:
         TravelPlanner's splits (config.task.data_dir)
     python -m train.tools.bench_download api_bank
         API-Bank's level-1/2 training and test files (config.data.source_dir)
+    python -m train.tools.bench_download hotpotqa
+        HotpotQA's training questions as prompt/answer seeds, for a run
+        scored on Bamboogle (config.data.source_dir; train/tools/
+        hotpotqa_seeds.py)
   """
   import argparse  # pylint: disable=import-outside-toplevel
   from genenv_jax.scoring import travelplanner  # pylint: disable=import-outside-toplevel
+  from train.tools import hotpotqa_seeds  # pylint: disable=import-outside-toplevel
 
   parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
-  parser.add_argument("benchmark", choices=[travelplanner.NAME, "api_bank"])
+  parser.add_argument("benchmark",
+                      choices=[travelplanner.NAME, "api_bank", hotpotqa_seeds.NAME])
   parser.add_argument("--splits", default="train,validation",
                       help=f"travelplanner: comma-separated, of "
                            f"{', '.join(travelplanner.SPLITS)}")
   args = parser.parse_args(argv)
   if args.benchmark == "api_bank":
     print(fetch(API_BANK_TRAIN, api_bank_train_files()))
+    return
+  if args.benchmark == hotpotqa_seeds.NAME:
+    root = fetch(hotpotqa_seeds.NAME,
+                 {hotpotqa_seeds.TRAIN_FILE: hotpotqa_seeds.TRAIN_URL})
+    print(hotpotqa_seeds.write_seeds(root / hotpotqa_seeds.TRAIN_FILE,
+                                     root / hotpotqa_seeds.SEEDS_DIR))
     return
   splits = [s for s in args.splits.split(",") if s]
   unknown = [s for s in splits if s not in travelplanner.SPLITS]
