@@ -24,12 +24,13 @@ domain's `test_fraction` of these records (no test file is written).
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import tempfile
 from typing import Any
 
+from etils import epath
+
 from genenv_jax.scoring import InputError
+from train.checkpoints import checkpointing
 
 NAME = "hotpotqa"
 TRAIN_FILE = "hotpot_train_v1.1.json"
@@ -76,9 +77,8 @@ def seed_records(path: pathlib.Path) -> tuple[list[dict[str, Any]], int]:
 
 
 def write_seeds(source: pathlib.Path, out_dir: pathlib.Path) -> pathlib.Path:
-  """Writes `out_dir/train.jsonl` from HotpotQA's file `source` (written under
-  a temporary name and renamed, so an interrupted run leaves no partial file)
-  and returns `out_dir`.
+  """Writes `out_dir/train.jsonl` from HotpotQA's file `source` (never
+  partial: `checkpointing.write_atomic`) and returns `out_dir`.
 
   Raises:
     InputError: as `seed_records`, or when no question is left.
@@ -88,13 +88,7 @@ def write_seeds(source: pathlib.Path, out_dir: pathlib.Path) -> pathlib.Path:
     raise InputError(f"{source}: no question left ({yes_no} yes/no ones "
                      "left out)")
   out_dir.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=SEEDS_FILE + ".part")
-  try:
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-      for record in records:
-        out.write(json.dumps(record, ensure_ascii=False) + "\n")
-    os.replace(tmp, out_dir / SEEDS_FILE)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
+  checkpointing.write_atomic(
+      epath.Path(out_dir) / SEEDS_FILE,
+      "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode())
   return out_dir
