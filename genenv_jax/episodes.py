@@ -38,7 +38,6 @@ import jax
 import jax.numpy as jnp
 
 from genenv_jax import sampling
-from genenv_jax import sharding
 from genenv_jax.envs.base import Environment, EnvStep
 from models import decoder
 from models.config import ModelConfig
@@ -184,8 +183,7 @@ def _decode_action(model_config: ModelConfig, params, carry: _Carry,
       mask=jnp.zeros((rows, action_len), bool).at[:, 0].set(live))
 
   def keep_going(state: _Decode):
-    return (state.t < action_len) & sharding.any_device(
-        jnp.any(state.pending))
+    return (state.t < action_len) & jnp.any(state.pending)
 
   def feed_and_choose(state: _Decode) -> _Decode:
     token = jax.lax.dynamic_index_in_dim(state.tokens, state.t, axis=1,

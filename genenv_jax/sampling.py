@@ -509,8 +509,7 @@ def sample(model_config: ModelConfig, params, prompt_tokens: jax.Array,
         kv_mask=prompt_cache.kv_mask[:, :prompt_slots + end])
     _, state = jax.lax.while_loop(
         lambda count_state, trips=end - start: (
-            (count_state[0] < trips)
-            & sharding.any_device(~jnp.all(count_state[1].done))),
+            (count_state[0] < trips) & ~jnp.all(count_state[1].done)),
         lambda count_state, context=context: (
             count_state[0] + 1, next_token(count_state[1], context)),
         (jnp.zeros((), jnp.int32), state))

@@ -240,30 +240,6 @@ def rows_per_device(fn: Callable[..., jax.Array], *arrays: jax.Array
   return out[:rows]
 
 
-def any_device(flag: jax.Array) -> jax.Array:
-  """bool[]: whether `flag` (a bool scalar) is True on any device, one value
-  every device agrees on.
-
-  A loop's condition computed from replicated arrays is evaluated by each
-  device on its own copy; should the copies differ (a float's last bit from
-  a differently split reduction), the devices leave the loop at different
-  trips and then wait forever in different collectives. Inside a
-  `mesh_rules` context the flag is combined over every mesh axis (a max
-  across devices, one scalar all-reduce), so all run the same trips; a
-  device whose copy said stop runs the extra trips on rows already done.
-  Outside such a context the flag is returned as it is.
-  """
-  mesh = _MESH.get()
-  if mesh is None or mesh.size == 1:
-    return flag
-  axes = tuple(mesh.axis_names)
-
-  def combine(local):
-    return jax.lax.pmax(local.astype(jax.numpy.int32), axes) > 0
-  return jax.shard_map(combine, mesh=mesh, in_specs=PartitionSpec(),
-                       out_specs=PartitionSpec(), check_vma=False)(flag)
-
-
 def rows_on_their_devices(fn: Callable[..., Any], shared, *arrays: jax.Array):
   """fn(shared, *arrays), each device computing it for its own rows.
 

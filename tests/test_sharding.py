@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from genenv_jax.sharding import (DEFAULT_RULES, any_device, check_divisible,
-                                 constrain,
+from genenv_jax.sharding import (DEFAULT_RULES, check_divisible, constrain,
                                  in_mesh, logical_names, logical_to_spec,
                                  make_mesh,
                                  shard_batch, sharded_init, without_mesh_axis)
@@ -281,29 +280,3 @@ def test_no_mesh_axis_splits_two_dimensions_of_one_array():
   x = jax.device_put(np.zeros((8, 4, 16), np.float32), NamedSharding(
       mesh, logical_to_spec(("batch", "length", "embed"), DEFAULT_RULES)))
   assert x.sharding.shard_shape(x.shape) == (2, 4, 16)
-
-
-def _replicated_with_copies(mesh, copies):
-  """A replicated bool[] whose copy on device i is copies[i] (as a loop
-  condition computed by each device on its own, diverging, copy)."""
-  devices = list(mesh.devices.flat)
-  buffers = [jax.device_put(np.asarray(c), d) for c, d in zip(copies, devices)]
-  return jax.make_array_from_single_device_arrays(
-      (), NamedSharding(mesh, P()), buffers)
-
-
-@pytest.mark.parametrize("copies, expected", [
-    ((False,) * 7 + (True,), True),   # one device would go on: all go on
-    ((True,) * 8, True),
-    ((False,) * 8, False),
-])
-def test_any_device_gives_every_device_one_value(copies, expected):
-  mesh = make_mesh({"data": 2, "fsdp": 4})
-  flag = _replicated_with_copies(mesh, copies)
-  agreed = jax.jit(in_mesh(mesh, DEFAULT_RULES)(any_device))(flag)
-  assert [bool(s.data) for s in agreed.addressable_shards] == [expected] * 8
-
-
-def test_any_device_outside_a_mesh_context_is_the_flag():
-  assert bool(jax.jit(any_device)(np.asarray(True)))
-  assert not bool(jax.jit(any_device)(np.asarray(False)))
