@@ -38,6 +38,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # faster with the weights split, e.g. data=-1, tensor=2
   # (docs/performance.md, "Devices and layouts").
   c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+  # XLA:CPU devices the run shows (0: one per core, up to 8; set before JAX
+  # starts, an XLA_FLAGS device count wins; other backends ignore it).
+  c.cpu_devices = 0
 
   c.task = ml_collections.ConfigDict(dict(
       name="arithmetic",

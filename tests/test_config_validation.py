@@ -74,6 +74,7 @@ def _set(config, field, value):
     ("coevolve.agent_temperature", 0.0, r"config\.coevolve\.agent_temperature"),
     ("grpo.kl_estimator", "k4", r"config\.grpo\.kl_estimator='k4'"),
     ("log_every", 0, r"config\.log_every=0"),
+    ("cpu_devices", -1, r"config\.cpu_devices=-1"),
     ("checkpoint_every", 3, r"config\.checkpoint_every=3: expected a multiple of "
      r"config\.log_every=2"),
     ("mesh.tensor", 3, r"config\.mesh=.*8 devices are not divisible"),

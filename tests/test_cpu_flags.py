@@ -66,6 +66,17 @@ def test_one_device_per_core_defaults_to_the_cores_this_process_may_use():
   assert counts == [f"{cpu_flags.DEVICE_COUNT_FLAG}=1"]
 
 
+def test_a_configured_device_count_replaces_one_per_core():
+  environ = {}
+  cpu_flags.use_one_device_per_core(environ, cores=8, devices=1)
+  assert cpu_flags.device_count(environ["XLA_FLAGS"]) == 1
+  explicit = {"XLA_FLAGS": f"{cpu_flags.DEVICE_COUNT_FLAG}=4"}
+  cpu_flags.use_project_settings(explicit, devices=1)  # XLA_FLAGS wins
+  assert cpu_flags.device_count(explicit["XLA_FLAGS"]) == 4
+  with pytest.raises(ValueError, match="cpu_devices=-1"):
+    cpu_flags.use_one_device_per_core({}, devices=-1)
+
+
 def test_project_settings_are_both():
   environ = {}
   cpu_flags.use_project_settings(environ)

@@ -40,6 +40,7 @@ def validate(config, num_devices: int) -> None:
   fields.integer(config, "eval.every_steps", low=1)
   if "rows_per_pass" in config.eval:
     fields.integer(config, "eval.rows_per_pass", low=0)
+  fields.integer(config, "cpu_devices", low=0)
   fields.integer(config, "log_every", low=1)
   fields.integer(config, "checkpoint_every", low=1)
   if config.checkpoint_every % config.log_every:

@@ -213,7 +213,8 @@ def compilation_cache_dir(flag: str, workdir: str,
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  cpu_flags.use_project_settings()  # before JAX initialises a backend
+  # Before JAX initialises a backend.
+  cpu_flags.use_project_settings(devices=FLAGS.config.cpu_devices)
   if not FLAGS.library_logs:
     quiet_library_logs()
     # No TPU start-up errors on a CPU host; TensorFlow (which the metric

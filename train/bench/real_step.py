@@ -316,8 +316,9 @@ def table(record: dict) -> str:
 
 def main(argv):
   del argv
-  cpu_flags.use_project_settings()  # the run's XLA flags, before JAX's backend
   config = _CONFIG.value
+  # The run's XLA flags, before JAX's backend.
+  cpu_flags.use_project_settings(devices=config.cpu_devices)
   record, domain, prompts = measure(config, _REPEATS.value)
   print(table(record))
   print(f"peak {record['peak_gflops']:.0f} GFLOP/s ({record['dtype']} "

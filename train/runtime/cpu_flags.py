@@ -77,11 +77,14 @@ def devices_for_cores(cores: int) -> int:
 
 
 def use_one_device_per_core(environ: MutableMapping[str, str] = os.environ,
-                            cores: int | None = None) -> None:
-  """Makes XLA:CPU show `devices_for_cores(cores)` devices (cores default:
-  `host_cores()`) unless XLA_FLAGS sets a device count, and lifts the
-  collectives' deadlines."""
-  _add_unless_set(environ, DEVICE_COUNT_FLAG, devices_for_cores(
+                            cores: int | None = None,
+                            devices: int = 0) -> None:
+  """Makes XLA:CPU show `devices` devices, or when it is 0
+  `devices_for_cores(cores)` (cores default: `host_cores()`), unless XLA_FLAGS
+  sets a device count; and lifts the collectives' deadlines."""
+  if devices < 0:
+    raise ValueError(f"cpu_devices={devices} must be >= 0 (0: one per core).")
+  _add_unless_set(environ, DEVICE_COUNT_FLAG, devices or devices_for_cores(
       host_cores() if cores is None else cores))
   for flag, seconds in COLLECTIVE_DEADLINES:
     _add_unless_set(environ, flag, seconds)
@@ -140,11 +143,12 @@ def use_fast_compiles(environ: MutableMapping[str, str] = os.environ
     _add_unless_set(environ, flag, value)
 
 
-def use_project_settings(environ: MutableMapping[str, str] = os.environ
-                         ) -> None:
-  """Both of the above: what the entry points (demo, benchmarks) run with."""
+def use_project_settings(environ: MutableMapping[str, str] = os.environ,
+                         devices: int = 0) -> None:
+  """Both of the above: what the entry points (demo, benchmarks) run with;
+  `devices` is a run's config.cpu_devices (0: one per core)."""
   use_library_fusions(environ)
-  use_one_device_per_core(environ)
+  use_one_device_per_core(environ, devices=devices)
 
 
 if __name__ == "__main__":
